@@ -1,0 +1,56 @@
+"""boundary: where a chat request's stable history ends.
+
+    fam = boundary.load_family("qwen3_5")
+    r = fam.render(messages, tools=None, add_generation_prompt=True, enable_thinking=True)
+    r.token_ids, r.u_end, r.p_end, r.checkpoint(unit=64)
+
+Data flows one way: request (``protocol``) -> render (``render``, sandboxed and
+instrumented) -> boundaries (``boundaries``) -> checkpoints (``checkpoints``) -> engine or
+report. ``import boundary`` never imports vllm.
+"""
+
+from boundary.boundaries import Rendering
+from boundary.checkpoints import Checkpoint, CheckpointKind, materialize
+from boundary.errors import (
+    BoundaryError,
+    RenderLimitExceeded,
+    RequestError,
+    SandboxViolation,
+    TemplateError,
+    TemplateLoadError,
+    TemplateRenderError,
+    TokenizerError,
+)
+from boundary.family import Family, FamilySpec, family_names, family_spec, load_family
+from boundary.offsets import Boundary, BoundaryStatus, CharOffset, Span, TokenOffset
+from boundary.sandbox import RenderLimits
+from boundary.tokenizer import Tokenizer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Boundary",
+    "BoundaryError",
+    "BoundaryStatus",
+    "CharOffset",
+    "Checkpoint",
+    "CheckpointKind",
+    "Family",
+    "FamilySpec",
+    "RenderLimitExceeded",
+    "RenderLimits",
+    "Rendering",
+    "RequestError",
+    "SandboxViolation",
+    "Span",
+    "TemplateError",
+    "TemplateLoadError",
+    "TemplateRenderError",
+    "TokenOffset",
+    "Tokenizer",
+    "TokenizerError",
+    "family_names",
+    "family_spec",
+    "load_family",
+    "materialize",
+]

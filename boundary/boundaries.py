@@ -1,0 +1,161 @@
+"""A rendered prompt in tokens, with its boundaries: U_end (input end) and P_end (prompt end).
+
+``encode_rendering`` is the tokenization stage: one encode of the full text (exactly the
+ids ``apply_chat_template(tokenize=True)`` returns), then each char boundary floored to
+the deepest token boundary at or before it.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+from boundary.checkpoints import Checkpoint, CheckpointKind
+from boundary.errors import TokenizerError
+from boundary.offsets import (
+    Boundary,
+    BoundaryStatus,
+    CharOffset,
+    OffsetsTokenMap,
+    PiecewiseTokenMap,
+    Span,
+    TokenMap,
+    TokenOffset,
+    locate,
+)
+from boundary.render import TextRendering
+from boundary.tokenizer import Tokenizer
+
+
+@dataclass(frozen=True, slots=True)
+class Rendering:
+    """One rendered request.
+
+    Invariants: ``text`` is exactly what transformers renders and ``token_ids`` exactly what
+    it tokenizes; ``p_end == len(token_ids)``; when found, ``u_end <= p_end`` and
+    ``token_ids[:u_end]`` decodes to a prefix of ``text[:input_end.char]``.
+    """
+
+    text: str
+    token_ids: list[int]
+    input_end: Boundary
+    message_starts: tuple[CharOffset | None, ...] = ()
+    generation_spans: tuple[Span, ...] = ()
+    token_map: TokenMap = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+
+    @property
+    def u_end(self) -> TokenOffset | None:
+        """U_end in tokens, or None when the template cannot expose it (see ``input_end.reason``)."""
+        return self.input_end.token if self.input_end.status is BoundaryStatus.FOUND else None
+
+    @property
+    def p_end(self) -> TokenOffset:
+        return TokenOffset(len(self.token_ids))
+
+    def boundary_at(self, char: int) -> Boundary:
+        """The deepest token boundary at or before text position ``char``."""
+        return locate(self.token_map, char)
+
+    def checkpoint(self, unit: int, kind: CheckpointKind | str = CheckpointKind.INPUT_END) -> Checkpoint | None:
+        """Where checkpoint ``kind`` (``input_end`` or ``prompt_end``) materializes for
+        ``prefix_match_unit=unit``; None when U_end is unavailable."""
+        kind = CheckpointKind(kind)
+        if kind is CheckpointKind.PROMPT_END:
+            return Checkpoint.at(kind, self.p_end, unit)
+        if kind is CheckpointKind.INPUT_END:
+            return None if self.u_end is None else Checkpoint.at(kind, self.u_end, unit)
+        raise ValueError(f"a rendering alone has no {kind.value} checkpoint")
+
+
+def encode_rendering(rendered: TextRendering, tokenizer: Tokenizer) -> Rendering:
+    enc = tokenizer.encode(rendered.text)
+    return _assemble(rendered, rendered.text, enc.ids, enc.token_map, lambda c: c)
+
+
+# -- sanitize_control_tokens -------------------------------------------------------------------
+# As transformers does it: control tokens found in user-supplied strings are wrapped in two
+# private-use markers before rendering; afterwards the text is split on the markers, marked
+# tokens are encoded as plain text and the rest normally, each piece after the first behind
+# a "\n" that is then dropped (so SentencePiece adds no prefix space).
+CONTROL_START = "\U000f0000"
+CONTROL_END = "\U000f0001"
+
+
+def control_token_pattern(control_tokens: tuple[str, ...]) -> re.Pattern[str]:
+    longest_first = sorted(control_tokens, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
+
+
+def mark_control_tokens(obj: object, pattern: re.Pattern[str]) -> object:
+    """Wrap control tokens in every string of ``obj`` (dict keys excepted) in markers."""
+    if isinstance(obj, str):
+        obj = obj.replace(CONTROL_START, "").replace(CONTROL_END, "")
+        return pattern.sub(f"{CONTROL_START}\\g<0>{CONTROL_END}", obj)
+    if isinstance(obj, dict):
+        return {k: mark_control_tokens(v, pattern) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [mark_control_tokens(v, pattern) for v in obj]
+    return obj
+
+
+def encode_rendering_sanitized(rendered: TextRendering, tokenizer: Tokenizer, pattern: re.Pattern[str]) -> Rendering:
+    markers = re.compile(f"{CONTROL_START}({pattern.pattern}){CONTROL_END}|[{CONTROL_START}{CONTROL_END}]")
+    parts = markers.split(rendered.text)  # [text, token-or-None, text, token-or-None, ..., text]
+    newline = tokenizer.encode_ids("\n")
+    ids: list[int] = []
+    pieces: list[tuple[int, int, TokenMap]] = []
+    raw_starts: list[int] = []  # where each kept piece starts in the marked text
+    final_starts: list[int] = []
+    raw_pos = final_pos = 0
+    for i, part in enumerate(parts):
+        if part is None:  # a lone marker: dropped, but it still cuts the text
+            raw_pos += 1
+            continue
+        as_text = i % 2 == 1
+        if as_text:
+            raw_pos += 1  # the opening marker
+        if part:
+            piece_ids, piece_map = _encode_piece(tokenizer, part, as_text, first=(i == 0), newline=newline)
+            if as_text and tokenizer.token_to_id(part) in piece_ids:
+                raise TokenizerError(f"can't sanitize {part!r}: the tokenizer produces it from plain text")
+            pieces.append((final_pos, len(ids), piece_map))
+            raw_starts.append(raw_pos)
+            final_starts.append(final_pos)
+            ids.extend(piece_ids)
+        raw_pos += len(part) + (1 if as_text else 0)
+        final_pos += len(part)
+    text = "".join(p for i, p in enumerate(parts) if p)
+
+    def to_final(raw: int) -> int:
+        k = bisect_right(raw_starts, raw) - 1
+        if k < 0:
+            return 0
+        return final_starts[k] + min(raw - raw_starts[k], _piece_len(pieces, k, final_pos))
+
+    return _assemble(rendered, text, ids, PiecewiseTokenMap(pieces, len(text), len(ids)), to_final)
+
+
+def _piece_len(pieces: list[tuple[int, int, TokenMap]], k: int, total: int) -> int:
+    return (pieces[k + 1][0] if k + 1 < len(pieces) else total) - pieces[k][0]
+
+
+def _encode_piece(tokenizer: Tokenizer, piece: str, as_text: bool, *, first: bool, newline: list[int]):
+    encode = tokenizer.encode_as_text if as_text else tokenizer.encode
+    if not first:
+        enc = encode("\n" + piece)
+        if enc.ids[: len(newline)] == newline:
+            offsets = [(max(s - 1, 0), max(e - 1, 0)) for s, e in enc.offsets[len(newline) :]]
+            return enc.ids[len(newline) :], OffsetsTokenMap(offsets, len(piece))
+    enc = encode(piece)
+    return enc.ids, enc.token_map
+
+
+def _assemble(rendered: TextRendering, text: str, ids: list[int], token_map: TokenMap, to_final) -> Rendering:
+    if rendered.input_end is None:
+        input_end = Boundary.unavailable(rendered.input_end_reason or "unavailable")
+    else:
+        input_end = locate(token_map, to_final(rendered.input_end))
+    starts = tuple(None if s is None else CharOffset(to_final(s)) for s in rendered.message_starts)
+    spans = tuple(Span(CharOffset(to_final(s.start)), CharOffset(to_final(s.end))) for s in rendered.generation_spans)
+    return Rendering(text, ids, input_end, starts, spans, token_map)

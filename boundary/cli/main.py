@@ -1,0 +1,45 @@
+"""``boundary`` entry point: dispatches to one module per command.
+
+Each command module defines ``add_parser(subparsers)`` and ``run(args) -> int`` and keeps
+its heavy imports inside ``run``. Progress and tables go to stderr; machine-readable output
+to stdout or ``--json``. Errors end with a one-line message and a non-zero exit, never a
+traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = {
+    "render": "boundary.cli.render",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="boundary", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS.values():
+        importlib.import_module(module).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from boundary.errors import BoundaryError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(importlib.import_module(COMMANDS[args.command]).run(args) or 0)
+    except BoundaryError as exc:
+        print(f"boundary {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"boundary {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""``boundary render``: render a conversation and show U_end / P_end in the prompt."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_FAMILY = "qwen3_5"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "render",
+        help="render a conversation; show the prompt with U_end and P_end marked",
+        description="Render a conversation (default: a shipped tau-bench airline conversation) with a shipped "
+        "family (default: qwen3_5) and show the prompt with U_end / P_end marked and their token offsets.",
+    )
+    p.add_argument("--family", default=DEFAULT_FAMILY, help=f"shipped family (default: {DEFAULT_FAMILY})")
+    p.add_argument("--variant", help="template variant (default: the family's default)")
+    p.add_argument("--conversation", type=Path,
+                   help="JSON file: a list of messages, or an object with 'messages' (and 'tools')")
+    p.add_argument("--template-kwargs", default="{}", help="JSON object of template kwargs, e.g. "
+                   '\'{"enable_thinking": false}\'')
+    p.add_argument("--unit", type=int, action="append", help="prefix_match_unit(s) to materialize at "
+                   "(repeatable; default: 16, 64, 528)")
+    p.add_argument("--context", type=int, default=600, help="characters of prompt shown before U_end (default 600)")
+    p.add_argument("--full", action="store_true", help="show the whole prompt")
+    p.add_argument("--json", dest="json_out", type=Path, help="also write the result as JSON to this path "
+                   "('-' for stdout)")
+
+
+def _load(path: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    if path is None:
+        from boundary.datasets import default_conversation
+
+        return default_conversation(), None
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict):
+        return data.get("messages", []), data.get("tools")
+    return data, None
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    import boundary
+
+    err = Console(stderr=True, highlight=False)
+    kwargs = json.loads(args.template_kwargs)
+    if not isinstance(kwargs, dict):
+        raise ValueError("--template-kwargs must be a JSON object")
+    messages, tools = _load(args.conversation)
+    fam = boundary.load_family(args.family, variant=args.variant)
+    r = fam.render(messages, tools=tools, **kwargs)
+    units = args.unit or [16, 64, 528]
+
+    u_char = r.input_end.char if r.u_end is not None else None
+    start = 0 if args.full or u_char is None else max(0, u_char - args.context)
+    shown = Text()
+    if start:
+        shown.append(f"... [{start:,} chars above] ...\n", style="dim")
+    if u_char is None:
+        shown.append(r.text[start:])
+    else:
+        shown.append(r.text[start:u_char])
+        shown.append(f"⟦U_end token {r.u_end}⟧", style="bold black on green")
+        shown.append(r.text[u_char:], style="bold yellow")
+    shown.append(f"⟦P_end token {r.p_end}⟧", style="bold black on cyan")
+    err.print(shown)
+
+    table = Table(title=f"{fam.spec.display_name} ({fam.default_variant if not args.variant else args.variant}) — "
+                  f"{len(messages)} messages, tokenizer: {fam.tokenizer.source}")
+    table.add_column("boundary")
+    table.add_column("char", justify="right")
+    table.add_column("token", justify="right")
+    for unit in units:
+        table.add_column(f"unit {unit}", justify="right")
+    if r.u_end is None:
+        table.add_row("U_end (input_end)", "-", f"unavailable: {r.input_end.reason}", *["-"] * len(units))
+    else:
+        note = " (token straddles it)" if r.input_end.straddled else ""
+        table.add_row("U_end (input_end)", f"{u_char:,}", f"{r.u_end:,}{note}",
+                      *[f"{r.checkpoint(u).position:,}" for u in units])
+    table.add_row("P_end (prompt_end)", f"{len(r.text):,}", f"{r.p_end:,}",
+                  *[f"{r.checkpoint(u, 'prompt_end').position:,}" for u in units])
+    err.print(table)
+    err.print(f"generation-only suffix: {r.p_end - (r.u_end or r.p_end)} tokens "
+              f"{r.text[u_char:]!r}" if u_char is not None else "")
+
+    if args.json_out:
+        result = {
+            "family": fam.name, "variant": args.variant or fam.default_variant, "tokenizer": fam.tokenizer.source,
+            "p_end": r.p_end, "u_end": r.u_end, "input_end": {
+                "status": r.input_end.status.value, "char": r.input_end.char, "token": r.input_end.token,
+                "straddled": r.input_end.straddled, "reason": r.input_end.reason},
+            "checkpoints": {str(u): {"input_end": None if r.u_end is None else r.checkpoint(u).position,
+                                     "prompt_end": r.checkpoint(u, "prompt_end").position} for u in units},
+            "token_ids": r.token_ids,
+        }
+        text = json.dumps(result)
+        if str(args.json_out) == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            args.json_out.write_text(text + "\n", encoding="utf-8")
+    return 0

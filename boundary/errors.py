@@ -1,0 +1,65 @@
+"""The exceptions boundary raises, one small tree.
+
+    BoundaryError                 base; ``location`` names where, ``detail`` says what
+    ├── RequestError              bad request input: ``messages[3].tool_call_id: ...``
+    ├── TemplateError
+    │   ├── TemplateLoadError     a template, family or spec cannot be found or compiled
+    │   ├── TemplateRenderError   the template raised (``raise_exception``) or failed while rendering
+    │   └── SandboxViolation      the template reached for something unsafe
+    │       └── RenderLimitExceeded   ... or ran past a render limit (time, loop steps, output size)
+    └── TokenizerError            a tokenizer cannot be loaded or disagrees with its reference
+
+Expected outcomes are not exceptions: a template whose history end cannot be located
+renders fine and reports ``BoundaryStatus.UNAVAILABLE`` with a reason.
+"""
+
+from __future__ import annotations
+
+
+class BoundaryError(Exception):
+    """Base class. The message starts with the location when there is one."""
+
+    def __init__(self, detail: str, *, location: str | None = None) -> None:
+        self.location = location
+        self.detail = detail
+        super().__init__(f"{location}: {detail}" if location else detail)
+
+
+class RequestError(BoundaryError, ValueError):
+    """The request is malformed; ``location`` is a path such as ``messages[2].content``."""
+
+
+class TemplateError(BoundaryError):
+    """A chat template could not be loaded or rendered."""
+
+
+class TemplateLoadError(TemplateError):
+    """A template, family spec or model directory cannot be found, read or compiled."""
+
+
+class TemplateRenderError(TemplateError):
+    """The template raised while rendering; ``detail`` carries the template's own message."""
+
+
+class SandboxViolation(TemplateError):
+    """The template tried an operation the sandbox forbids (attribute escapes, file or OS access)."""
+
+
+class RenderLimitExceeded(SandboxViolation):
+    """The render ran past one of the documented limits in ``boundary.sandbox.RenderLimits``."""
+
+
+class TokenizerError(BoundaryError):
+    """A tokenizer cannot be loaded, or a converted vocabulary disagrees with its reference."""
+
+
+__all__ = [
+    "BoundaryError",
+    "RenderLimitExceeded",
+    "RequestError",
+    "SandboxViolation",
+    "TemplateError",
+    "TemplateLoadError",
+    "TemplateRenderError",
+    "TokenizerError",
+]

@@ -1,0 +1,353 @@
+"""Model families: a chat template (or several variants), a vocabulary, and the facts about
+them that boundary needs, as data.
+
+Per-family differences live in ``templates/<family>/family.toml`` (validated by
+``FamilySpec``), never in subclasses. ``Family.render`` is the library call serving
+frontends use: request in, token ids plus U_end / P_end out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from boundary.boundaries import (
+    Rendering,
+    control_token_pattern,
+    encode_rendering,
+    encode_rendering_sanitized,
+    mark_control_tokens,
+)
+from boundary.errors import RequestError, TemplateLoadError
+from boundary.protocol import (
+    ArgumentsForm,
+    Message,
+    Tool,
+    parse_messages,
+    parse_tools,
+    to_template_messages,
+    to_template_tools,
+)
+from boundary.render import compile_template, render_text
+from boundary.resources import data_dir
+from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
+from boundary.tokenizer import Tokenizer, load_vocabulary, stand_in_backend, template_literals
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TemplateVariant(_Spec):
+    """One verbatim chat template file and where it came from."""
+
+    name: str
+    file: str
+    source: str
+    license: str
+    sha256: str | None = None
+    models: list[str] = []
+
+
+class TemplateKwarg(_Spec):
+    """A variable the family's templates read beyond messages/tools (e.g. ``enable_thinking``)."""
+
+    type: Literal["bool", "str", "int"]
+    default: bool | str | int | None = None  # the template's behaviour when it is not passed
+    doc: str
+
+
+class HistoryRewrite(_Spec):
+    """A way the template renders earlier turns differently once the conversation moves on."""
+
+    kind: Literal[
+        "drop_reasoning_before_last_user",
+        "drop_all_reasoning",
+        "empty_think_block",
+        "reserialize_tool_arguments",
+        "default_system_prompt",
+        "date_in_system_prompt",
+        "rewrite_stop_token",
+        "reorder_channels",
+    ]
+    unless: dict[str, bool | str] = {}  # template kwargs that switch the rewrite off
+    doc: str
+
+
+class FamilySpec(_Spec):
+    """``templates/<family>/family.toml``."""
+
+    name: str
+    display_name: str
+    hybrid: bool
+    architecture: str
+    variants: list[TemplateVariant] = []
+    default_variant: str | None = None
+    vocabulary: str | None = None  # a shipped vocabulary name
+    stand_in_vocabulary: str | None = None  # base vocabulary of a labelled test tokenizer
+    control_tokens: list[str] = []  # registered on the stand-in tokenizer
+    special_tokens: dict[str, str] = {}  # template variables: bos_token, eos_token, ...
+    stop_tokens: list[str] = []
+    reasoning_field: str = "reasoning_content"
+    reasoning_tags: list[str] = Field(default_factory=list, max_length=2)
+    tool_call_format: str | None = None
+    content_parts: Literal["keep", "join"] = "keep"
+    tool_arguments: ArgumentsForm = "object"  # how the template wants tool-call arguments
+    template_kwargs: dict[str, TemplateKwarg] = {}
+    history_rewrites: list[HistoryRewrite] = []
+    notes: str = ""
+
+
+def family_names() -> list[str]:
+    """Every family in the registry, including those that need a user-supplied template."""
+    return sorted(p.parent.name for p in data_dir("templates").glob("*/family.toml"))
+
+
+@cache
+def family_spec(name: str) -> FamilySpec:
+    path = data_dir("templates") / name / "family.toml"
+    if not path.is_file():
+        raise TemplateLoadError(f"unknown family {name!r} (known: {', '.join(family_names())})", location="family")
+    try:
+        with path.open("rb") as f:
+            return FamilySpec.model_validate(tomllib.load(f))
+    except (tomllib.TOMLDecodeError, ValidationError) as exc:
+        raise TemplateLoadError(f"invalid spec: {exc}", location=str(path)) from None
+
+
+@cache
+def _shipped_tokenizer(name: str) -> Tokenizer:
+    spec = family_spec(name)
+    if spec.vocabulary:
+        return Tokenizer(
+            load_vocabulary(spec.vocabulary),
+            special_tokens=spec.special_tokens,
+            source=f"shipped vocabulary {spec.vocabulary!r}",
+        )
+    if spec.stand_in_vocabulary:
+        return Tokenizer(
+            stand_in_backend(spec.stand_in_vocabulary, spec.control_tokens),
+            special_tokens=spec.special_tokens,
+            source=(
+                f"stand-in test tokenizer: {spec.stand_in_vocabulary} BPE + {spec.display_name} control tokens "
+                f"(no {spec.display_name} vocabulary is available offline; ids are not the model's)"
+            ),
+            stand_in=True,
+        )
+    raise TemplateLoadError(f"family {name!r} ships no vocabulary; pass tokenizer=", location="family")
+
+
+def load_family(
+    name: str,
+    *,
+    variant: str | None = None,
+    template: str | None = None,
+    tokenizer: Any = None,
+    limits: RenderLimits = DEFAULT_LIMITS,
+) -> Family:
+    """A shipped family. ``template`` / ``tokenizer`` override (or, for families shipped
+    without a verbatim template such as Jamba and Falcon-H1, supply) the shipped ones."""
+    spec = family_spec(name)
+    templates: dict[str, str] = {}
+    folder = data_dir("templates") / name
+    for v in spec.variants:
+        templates[v.name] = (folder / v.file).read_text(encoding="utf-8")
+    default = variant or spec.default_variant
+    if template is not None:
+        templates = {"user": template}
+        default = "user"
+    if not templates:
+        raise TemplateLoadError(
+            f"no verbatim {spec.display_name} template is shipped; pass template= (and tokenizer=)",
+            location=f"family {name}",
+        )
+    if default not in templates:
+        raise TemplateLoadError(f"unknown variant {default!r} (have: {', '.join(templates)})", location=name)
+    tok = Tokenizer.from_any(tokenizer, special_tokens=spec.special_tokens) if tokenizer else _shipped_tokenizer(name)
+    return Family(spec, templates, tok, default_variant=default, limits=limits)
+
+
+class Family:
+    """Templates + tokenizer + spec. ``render`` is one pass: text, ids, U_end, P_end."""
+
+    def __init__(
+        self,
+        spec: FamilySpec,
+        templates: Mapping[str, str],
+        tokenizer: Tokenizer,
+        *,
+        default_variant: str | None = None,
+        limits: RenderLimits = DEFAULT_LIMITS,
+    ) -> None:
+        if not templates:
+            raise TemplateLoadError("a family needs at least one template", location=spec.name)
+        self.spec = spec
+        self.templates = dict(templates)
+        self.tokenizer = tokenizer
+        self.default_variant = default_variant or next(iter(self.templates))
+        self.limits = limits
+        self._control_patterns: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Family({self.name!r}, variant={self.default_variant!r}, tokenizer={self.tokenizer!r})"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def template(self, variant: str | None = None) -> str:
+        variant = variant or self.default_variant
+        try:
+            return self.templates[variant]
+        except KeyError:
+            raise RequestError(f"unknown variant {variant!r} (have: {', '.join(self.templates)})",
+                               location="variant") from None
+
+    # -- constructors -----------------------------------------------------------------------
+    @classmethod
+    def from_template(
+        cls,
+        template: str,
+        tokenizer: Any,
+        *,
+        name: str = "custom",
+        special_tokens: Mapping[str, str] | None = None,
+        limits: RenderLimits = DEFAULT_LIMITS,
+        **spec_fields: Any,
+    ) -> Family:
+        """A family from a template string and any HF tokenizer (see ``Tokenizer.from_any``)."""
+        tok = Tokenizer.from_any(tokenizer, special_tokens=special_tokens)
+        if special_tokens:
+            tok.special_tokens_map.update(special_tokens)
+        spec = FamilySpec(
+            name=name, display_name=spec_fields.pop("display_name", name), hybrid=spec_fields.pop("hybrid", False),
+            architecture=spec_fields.pop("architecture", "unknown"), special_tokens=dict(tok.special_tokens_map),
+            **spec_fields,
+        )
+        return cls(spec, {"default": template}, tok, limits=limits)
+
+    @classmethod
+    def from_pretrained(cls, path_or_id: str | Path, *, name: str | None = None, **spec_fields: Any) -> Family:
+        """A family from a model directory (or hub id, where a hub is reachable) whose tokenizer
+        files carry the chat template: ``tokenizer_config.json`` or ``chat_template.jinja``."""
+        from transformers import AutoTokenizer
+
+        try:
+            hf = AutoTokenizer.from_pretrained(str(path_or_id))
+        except Exception as exc:
+            raise TemplateLoadError(f"cannot load tokenizer: {exc}", location=str(path_or_id)) from None
+        chat_template = hf.chat_template
+        if not chat_template:
+            raise TemplateLoadError("no chat template in the tokenizer files", location=str(path_or_id))
+        templates = chat_template if isinstance(chat_template, dict) else {"default": chat_template}
+        tok = Tokenizer.from_transformers(hf, source=str(path_or_id))
+        label = name or Path(str(path_or_id)).name
+        spec = FamilySpec(
+            name=label, display_name=spec_fields.pop("display_name", label), hybrid=spec_fields.pop("hybrid", False),
+            architecture=spec_fields.pop("architecture", "unknown"), special_tokens=dict(tok.special_tokens_map),
+            **spec_fields,
+        )
+        return cls(spec, templates, tok)
+
+    # -- rendering --------------------------------------------------------------------------
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        tools: Sequence[Mapping[str, Any] | Tool] | None = None,
+        *,
+        arguments: ArgumentsForm | None = None,
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        """Validate a request and normalize it into the dicts this family's templates read."""
+        template_messages = to_template_messages(
+            parse_messages(messages), reasoning_field=self.spec.reasoning_field,
+            arguments=arguments or self.spec.tool_arguments,
+        )
+        if self.spec.content_parts == "join":
+            for m in template_messages:
+                if isinstance(m.get("content"), list):
+                    m["content"] = "\n".join(part["text"] for part in m["content"])
+        return template_messages, to_template_tools(parse_tools(tools))
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        tools: Sequence[Mapping[str, Any] | Tool] | None = None,
+        add_generation_prompt: bool = True,
+        *,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        sanitize_control_tokens: bool = False,
+        arguments: ArgumentsForm | None = None,
+        now: datetime | None = None,
+        **template_kwargs: Any,
+    ) -> Rendering:
+        """Render one request in a single pass.
+
+        ``template_kwargs`` are checked against what the template reads; ``now`` pins
+        ``strftime_now`` for date-stamped templates; ``arguments`` chooses whether tool-call
+        arguments reach the template as objects or as the JSON text the client sent
+        (default: the family's ``tool_arguments``).
+        """
+        template_messages, template_tools = self.prepare(messages, tools, arguments=arguments)
+        return self.render_prepared(
+            template_messages, template_tools, add_generation_prompt, variant=variant, documents=documents,
+            sanitize_control_tokens=sanitize_control_tokens, now=now, **template_kwargs,
+        )
+
+    def render_prepared(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        *,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        sanitize_control_tokens: bool = False,
+        now: datetime | None = None,
+        **template_kwargs: Any,
+    ) -> Rendering:
+        """``render`` for messages already validated and normalized by ``prepare``."""
+        source = self.template(variant)
+        compiled = compile_template(source, self.limits)
+        self._check_kwargs(template_kwargs, compiled.variables)
+        variables = {**self.tokenizer.special_tokens_map, **template_kwargs}
+        if not sanitize_control_tokens:
+            rendered = render_text(
+                compiled, messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
+                variables=variables, now=now, limits=self.limits,
+            )
+            return encode_rendering(rendered, self.tokenizer)
+        pattern = self._control_pattern(source)
+        rendered = render_text(
+            compiled, mark_control_tokens(messages, pattern), tools=mark_control_tokens(tools, pattern),
+            documents=mark_control_tokens(documents, pattern), add_generation_prompt=add_generation_prompt,
+            variables=variables, now=now, limits=self.limits,
+        )
+        return encode_rendering_sanitized(rendered, self.tokenizer, pattern)
+
+    def _control_pattern(self, source: str) -> Any:
+        key = hashlib.sha256(source.encode()).hexdigest()
+        if key not in self._control_patterns:
+            self._control_patterns[key] = control_token_pattern(self.tokenizer.control_tokens(template_literals(source)))
+        return self._control_patterns[key]
+
+    def _check_kwargs(self, kwargs: Mapping[str, Any], reads: frozenset[str]) -> None:
+        for key, value in kwargs.items():
+            declared = self.spec.template_kwargs.get(key)
+            if declared is None and key not in reads and key not in self.tokenizer.special_tokens_map:
+                raise RequestError(
+                    f"the {self.name} template does not read this variable", location=f"template_kwargs.{key}"
+                )
+            if declared is not None and value is not None:
+                expected = {"bool": bool, "str": str, "int": int}[declared.type]
+                if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                    raise RequestError(
+                        f"expected {declared.type}, got {type(value).__name__}", location=f"template_kwargs.{key}"
+                    )

@@ -1,0 +1,114 @@
+"""Positions in a rendered prompt.
+
+Every span is half-open ``[start, end)``. Character and token positions are distinct
+types so a char offset cannot be passed where a token offset is meant.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NewType, Protocol
+
+CharOffset = NewType("CharOffset", int)
+TokenOffset = NewType("TokenOffset", int)
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Half-open ``[start, end)`` in characters of the rendered text."""
+
+    start: CharOffset
+    end: CharOffset
+
+
+class BoundaryStatus(StrEnum):
+    FOUND = "found"
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Boundary:
+    """A logical position in the prompt and the token boundary it materializes at.
+
+    When FOUND: ``token`` is the deepest token boundary at or before ``char``; ``token_char``
+    is where that boundary lies in the text, so ``straddled`` (a token crosses ``char``) is
+    ``token_char != char``. When UNAVAILABLE all positions are None and ``reason`` says why.
+    """
+
+    status: BoundaryStatus
+    char: CharOffset | None = None
+    token: TokenOffset | None = None
+    token_char: CharOffset | None = None
+    reason: str | None = None
+
+    @property
+    def straddled(self) -> bool:
+        return self.status is BoundaryStatus.FOUND and self.token_char != self.char
+
+    @classmethod
+    def unavailable(cls, reason: str) -> Boundary:
+        return cls(BoundaryStatus.UNAVAILABLE, reason=reason)
+
+
+class TokenMap(Protocol):
+    """Maps character positions of a text onto the token boundaries of its encoding."""
+
+    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+        """The deepest token boundary at or before ``char`` and the char position it lies at."""
+        ...
+
+
+class OffsetsTokenMap:
+    """A ``TokenMap`` over per-token ``(start, end)`` character offsets.
+
+    A boundary before token ``k`` is clean only when token ``k-1`` ends at or before token
+    ``k`` starts; byte-level BPE can split one character over two tokens whose offsets
+    overlap, and no prefix of the text ends between them.
+    """
+
+    __slots__ = ("_ends", "_n_chars", "_starts")
+
+    def __init__(self, offsets: list[tuple[int, int]], n_chars: int) -> None:
+        self._starts = [s for s, _ in offsets]
+        self._ends = [e for _, e in offsets]
+        self._n_chars = n_chars
+
+    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+        if char >= self._n_chars:
+            return TokenOffset(len(self._ends)), CharOffset(self._n_chars)
+        k = bisect_right(self._ends, char)
+        while 0 < k < len(self._starts) and self._starts[k] < self._ends[k - 1]:
+            k -= 1
+        return TokenOffset(k), CharOffset(self._ends[k - 1] if k else 0)
+
+
+class PiecewiseTokenMap:
+    """A ``TokenMap`` for text encoded as consecutive pieces, each with its own map.
+
+    Piece boundaries are hard cuts: no token spans two pieces.
+    """
+
+    __slots__ = ("_char_starts", "_maps", "_n_chars", "_n_tokens", "_token_starts")
+
+    def __init__(self, pieces: list[tuple[int, int, TokenMap]], n_chars: int, n_tokens: int) -> None:
+        self._char_starts = [c for c, _, _ in pieces]
+        self._token_starts = [t for _, t, _ in pieces]
+        self._maps = [m for _, _, m in pieces]
+        self._n_chars = n_chars
+        self._n_tokens = n_tokens
+
+    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+        if char >= self._n_chars:
+            return TokenOffset(self._n_tokens), CharOffset(self._n_chars)
+        i = bisect_right(self._char_starts, char) - 1
+        if i < 0:
+            return TokenOffset(0), CharOffset(0)
+        token, at = self._maps[i].floor(char - self._char_starts[i])
+        return TokenOffset(self._token_starts[i] + token), CharOffset(self._char_starts[i] + at)
+
+
+def locate(token_map: TokenMap, char: int) -> Boundary:
+    token, at = token_map.floor(char)
+    return Boundary(BoundaryStatus.FOUND, char=CharOffset(char), token=token, token_char=at)

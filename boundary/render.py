@@ -1,0 +1,229 @@
+"""Render a chat template once, sandboxed, and read the marks the instrumentation left.
+
+``compile_template`` parses, instruments and compiles a template source (cached by source
+and limits). ``render_text`` renders it and returns the text exactly as transformers'
+``apply_chat_template`` would, together with character positions of the history end
+(U_end), message starts and ``{% generation %}`` spans, all from that one pass.
+
+Marks are ``OPEN + nonce + ":" + payload + CLOSE`` with a fresh random nonce per render, so
+nothing in a message, tool or template kwarg can forge or move one.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+import jinja2.meta
+
+from boundary.errors import (
+    RenderLimitExceeded,
+    RequestError,
+    SandboxViolation,
+    TemplateLoadError,
+    TemplateRenderError,
+)
+from boundary.instrumentation import GENERATION, MESSAGE, PROBE, RESERVED_NAMES, TICK, instrument
+from boundary.offsets import CharOffset, Span
+from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox, TemplateRaised, fixed_clock
+
+_OPEN = "\U0010fff0"
+_CLOSE = "\U0010fff1"
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledTemplate:
+    """An instrumented, compiled template and what instrumentation learned about it."""
+
+    source: str
+    template: jinja2.Template
+    variables: frozenset[str]  # undeclared variables the template reads
+    probes: int
+    unavailable_reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TextRendering:
+    """The rendered text and the character positions recorded while rendering it.
+
+    ``input_end`` is U_end in characters, or None with ``input_end_reason`` saying why.
+    ``message_starts[i]`` is where the template's message loop began message ``i`` (None if
+    it never did, e.g. a system message the template renders outside its loop).
+    """
+
+    text: str
+    input_end: CharOffset | None
+    input_end_reason: str | None
+    message_starts: tuple[CharOffset | None, ...]
+    generation_spans: tuple[Span, ...]
+
+
+@lru_cache(maxsize=4)
+def _sandbox(limits: RenderLimits) -> Sandbox:
+    return Sandbox(limits)
+
+
+@lru_cache(maxsize=128)
+def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> CompiledTemplate:
+    """Parse, instrument and compile ``source``. Cached: repeated renders compile once."""
+    env = _sandbox(limits)
+    try:
+        variables = frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
+        instrumented = instrument(env.parse(source))  # a fresh tree: instrument() mutates it
+        template = env.from_string(instrumented.tree)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateLoadError(f"syntax error: {exc.message}", location=f"template:{exc.lineno}") from None
+    return CompiledTemplate(source, template, variables, instrumented.probes, instrumented.unavailable_reason)
+
+
+class _Recorder:
+    """Per-render callbacks the instrumented template calls; each returns a mark or ''."""
+
+    __slots__ = ("_message_ids", "deadline", "nonce", "probe_fired")
+
+    def __init__(self, messages: Sequence[Any], limits: RenderLimits) -> None:
+        self.nonce = _OPEN + secrets.token_hex(6) + ":"
+        self._message_ids = {id(m): i for i, m in enumerate(messages)}
+        self.deadline = Deadline(limits)
+        self.probe_fired = False
+
+    def probe(self, test: Any, flipped: Any) -> str:
+        if bool(test) == bool(flipped):
+            return ""
+        self.probe_fired = True
+        return f"{self.nonce}g{_CLOSE}"
+
+    def message(self, site: int, item: Any) -> str:
+        index = self._message_ids.get(id(item))
+        return "" if index is None else f"{self.nonce}m{site}.{index}{_CLOSE}"
+
+    def generation(self, start: bool) -> str:
+        return f"{self.nonce}{'s' if start else 'e'}{_CLOSE}"
+
+
+def _template_line(exc: BaseException) -> str:
+    tb, line = exc.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return "template" if line is None else f"template:{line}"
+
+
+def render_text(
+    compiled: CompiledTemplate,
+    messages: Sequence[Mapping[str, Any]],
+    *,
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    documents: Sequence[Mapping[str, Any]] | None = None,
+    add_generation_prompt: bool = True,
+    variables: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+    limits: RenderLimits = DEFAULT_LIMITS,
+) -> TextRendering:
+    """Render once; ``variables`` are the tokenizer's special tokens plus template kwargs,
+    passed as transformers passes them."""
+    variables = dict(variables or {})
+    clash = RESERVED_NAMES.intersection(variables)
+    if clash:
+        raise RequestError(f"reserved name {sorted(clash)[0]!r}", location="template_kwargs")
+    recorder = _Recorder(messages, limits)
+    context: dict[str, Any] = {
+        **variables,
+        "messages": messages,
+        "tools": tools,
+        "documents": documents,
+        "add_generation_prompt": add_generation_prompt,
+        PROBE: recorder.probe,
+        MESSAGE: recorder.message,
+        TICK: recorder.deadline.tick,
+        GENERATION: recorder.generation,
+    }
+    if now is not None:
+        context["strftime_now"] = fixed_clock(now)
+    raw = _run(compiled.template, context, recorder, limits)
+    return _read_marks(raw, recorder, compiled, len(messages))
+
+
+def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, limits: RenderLimits) -> str:
+    chunks: list[str] = []
+    size = 0
+    try:
+        for chunk in template.generate(context):
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > limits.max_output_chars:
+                raise RenderLimitExceeded(
+                    f"output passed max_output_chars={limits.max_output_chars:,}", location="template"
+                )
+            if not len(chunks) & 0x3FF:
+                recorder.deadline.check_time()
+    except TemplateRaised as exc:
+        raise TemplateRenderError(str(exc.message), location=_template_line(exc)) from None
+    except jinja2.exceptions.SecurityError as exc:
+        raise SandboxViolation(str(exc), location=_template_line(exc)) from None
+    except RecursionError as exc:
+        raise RenderLimitExceeded("recursion too deep", location=_template_line(exc)) from None
+    except RenderLimitExceeded:
+        raise
+    except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
+            ZeroDivisionError, OverflowError) as exc:
+        raise TemplateRenderError(f"{type(exc).__name__}: {exc}", location=_template_line(exc)) from None
+    recorder.deadline.check_time()
+    return "".join(chunks)
+
+
+def _read_marks(raw: str, recorder: _Recorder, compiled: CompiledTemplate, n_messages: int) -> TextRendering:
+    nonce = recorder.nonce
+    pieces: list[str] = []
+    length = 0
+    first_divergence: int | None = None
+    sites: dict[int, dict[int, int]] = {}
+    spans: list[Span] = []
+    open_at: int | None = None
+    cursor = 0
+    while (at := raw.find(nonce, cursor)) >= 0:
+        pieces.append(raw[cursor:at])
+        length += at - cursor
+        close = raw.index(_CLOSE, at)
+        payload = raw[at + len(nonce) : close]
+        cursor = close + 1
+        kind = payload[0]
+        if kind == "g":
+            if first_divergence is None:
+                first_divergence = length
+        elif kind == "m":
+            site, index = payload[1:].split(".")
+            sites.setdefault(int(site), {})[int(index)] = length
+        elif kind == "s":
+            open_at = length
+        elif kind == "e" and open_at is not None:
+            spans.append(Span(CharOffset(open_at), CharOffset(length)))
+            open_at = None
+    pieces.append(raw[cursor:])
+    text = "".join(pieces)
+
+    if compiled.unavailable_reason is not None:
+        input_end, reason = None, compiled.unavailable_reason
+    elif first_divergence is not None:
+        input_end, reason = CharOffset(first_divergence), None
+    else:
+        # No probe disagreed: the generation flag changes nothing for this conversation.
+        input_end, reason = CharOffset(len(text)), None
+    return TextRendering(text, input_end, reason, _message_starts(sites, n_messages), tuple(spans))
+
+
+def _message_starts(sites: dict[int, dict[int, int]], n: int) -> tuple[CharOffset | None, ...]:
+    """Pick the loop that renders messages: the site whose marks spread over the most
+    distinct positions (a loop that only scans messages leaves them all at one place)."""
+    if not sites:
+        return (None,) * n
+    best = max(sites, key=lambda s: (len(set(sites[s].values())), s))
+    chosen = sites[best]
+    return tuple(CharOffset(chosen[i]) if i in chosen else None for i in range(n))
+

@@ -1,0 +1,193 @@
+"""The Jinja environment chat templates run in.
+
+Templates are untrusted code. They run in jinja2's ``ImmutableSandboxedEnvironment`` with
+exactly the globals and filters transformers gives them (``raise_exception``,
+``strftime_now``, a non-escaping ``tojson``, loop controls, ``trim_blocks`` /
+``lstrip_blocks``), so the text is byte-for-byte what ``apply_chat_template`` renders.
+
+On top of the sandbox (which already refuses ``__class__``, ``__globals__``, unsafe
+attributes and mutation of inputs; templates get no file, import or OS access) every
+render runs under ``RenderLimits``:
+
+- ``max_seconds``: wall time, checked at every loop step and every output chunk;
+- ``max_loop_steps``: total ``{% for %}`` iterations (``range`` alone is capped at 100,000
+  by jinja2, nested loops are not);
+- ``max_output_chars``: size of the rendered text;
+- ``max_string_chars``: size of any one string or list built by ``+``, ``*``, ``join`` or
+  the padding methods, checked before it is built; ``**`` is refused for huge results.
+
+Exceeding one raises ``RenderLimitExceeded``. What the limits do not bound: memory held by
+values built in ways not listed above (e.g. ``~`` concatenation inside a loop) — each such
+step is still a loop step and subject to the time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import jinja2
+import jinja2.ext
+from jinja2 import nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from boundary.errors import RenderLimitExceeded
+
+
+@dataclass(frozen=True, slots=True)
+class RenderLimits:
+    """Per-render resource limits; see the module docstring for what each bounds."""
+
+    max_seconds: float = 10.0
+    max_loop_steps: int = 2_000_000
+    max_output_chars: int = 64 * 1024 * 1024
+    max_string_chars: int = 16 * 1024 * 1024
+
+
+DEFAULT_LIMITS = RenderLimits()
+
+
+class TemplateRaised(jinja2.exceptions.TemplateError):
+    """Raised by the template's own ``raise_exception(message)``."""
+
+
+def raise_exception(message: str) -> None:
+    raise TemplateRaised(message)
+
+
+def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
+           sort_keys: bool = False) -> str:
+    # Like transformers: no HTML escaping, and the json.dumps options exposed.
+    return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
+def strftime_now(format: str) -> str:
+    return datetime.now().strftime(format)
+
+
+def fixed_clock(now: datetime):
+    """A ``strftime_now`` that always reads ``now``, for reproducible date-stamped prompts."""
+
+    def strftime_fixed(format: str) -> str:
+        return now.strftime(format)
+
+    return strftime_fixed
+
+
+class GenerationTag(jinja2.ext.Extension):
+    """``{% generation %}...{% endgeneration %}``: renders its body inline, between two marks.
+
+    transformers tracks these blocks by the length of the output so far, which is wrong when
+    the block sits in a macro that printed first or in a ``{% set %}`` block; in-band marks
+    travel with the text and stay right.
+    """
+
+    tags = {"generation"}  # noqa: RUF012 (jinja2's attribute)
+
+    def parse(self, parser: jinja2.parser.Parser) -> list[nodes.Node]:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        mark = nodes.Name("_bnd_generation", "load")
+        return [
+            nodes.Output([nodes.Call(mark, [nodes.Const(True)], [], None, None)]).set_lineno(lineno),
+            *body,
+            nodes.Output([nodes.Call(mark, [nodes.Const(False)], [], None, None)]).set_lineno(lineno),
+        ]
+
+
+_PADDING_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
+
+
+class Sandbox(ImmutableSandboxedEnvironment):
+    """transformers' chat-template environment plus size checks on string-building operations."""
+
+    intercepted_binops = frozenset({"+", "*", "**"})
+
+    def __init__(self, limits: RenderLimits = DEFAULT_LIMITS) -> None:
+        super().__init__(
+            trim_blocks=True,
+            lstrip_blocks=True,
+            extensions=[GenerationTag, jinja2.ext.loopcontrols],
+        )
+        self.limits = limits
+        self.filters["tojson"] = tojson
+        self.filters["join"] = self._checked_join(self.filters["join"])
+        self.globals["raise_exception"] = raise_exception
+        self.globals["strftime_now"] = strftime_now
+
+    def _too_big(self, what: str, size: int) -> RenderLimitExceeded:
+        return RenderLimitExceeded(
+            f"{what} would build {size:,} items, over max_string_chars={self.limits.max_string_chars:,}",
+            location="template",
+        )
+
+    def call_binop(self, context: jinja2.runtime.Context, op: str, left: Any, right: Any) -> Any:
+        cap = self.limits.max_string_chars
+        if op == "+":
+            if isinstance(left, (str, list)) and isinstance(right, (str, list)):
+                size = len(left) + len(right)
+                if size > cap:
+                    raise self._too_big("'+'", size)
+            return left + right
+        if op == "*":
+            seq, times = (left, right) if isinstance(left, (str, list)) else (right, left)
+            if isinstance(seq, (str, list)) and isinstance(times, int) and len(seq) * times > cap:
+                raise self._too_big("'*'", len(seq) * times)
+            return operator.mul(left, right)
+        if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
+            if right * max(abs(left).bit_length(), 1) > 8 * cap:
+                raise self._too_big("'**'", right * abs(left).bit_length() // 8)
+        return operator.pow(left, right)
+
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+        if getattr(__obj, "__name__", None) in _PADDING_METHODS and isinstance(
+            getattr(__obj, "__self__", None), str
+        ):
+            width = args[0] if args else kwargs.get("width", kwargs.get("tabsize", 0))
+            if isinstance(width, int) and width > __self.limits.max_string_chars:
+                raise __self._too_big(f"str.{__obj.__name__}", width)
+        return super().call(__context, __obj, *args, **kwargs)
+
+    def _checked_join(self, join: Any) -> Any:
+        cap = self.limits.max_string_chars
+
+        @jinja2.pass_eval_context
+        def checked_join(eval_ctx: Any, value: Any, d: str = "", attribute: Any = None) -> str:
+            if isinstance(value, (list, tuple)):
+                size = sum(len(v) for v in value if isinstance(v, str)) + len(d) * max(len(value) - 1, 0)
+                if size > cap:
+                    raise self._too_big("join", size)
+            return join(eval_ctx, value, d, attribute)
+
+        return checked_join
+
+
+class Deadline:
+    """Counts loop steps and watches the clock for one render."""
+
+    __slots__ = ("_deadline", "_limits", "_steps")
+
+    def __init__(self, limits: RenderLimits) -> None:
+        self._limits = limits
+        self._steps = 0
+        self._deadline = time.monotonic() + limits.max_seconds
+
+    def tick(self) -> str:
+        self._steps += 1
+        if self._steps > self._limits.max_loop_steps:
+            raise RenderLimitExceeded(
+                f"more than max_loop_steps={self._limits.max_loop_steps:,} loop iterations", location="template"
+            )
+        if not self._steps & 0xFF:
+            self.check_time()
+        return ""
+
+    def check_time(self) -> None:
+        if time.monotonic() > self._deadline:
+            raise RenderLimitExceeded(
+                f"render ran longer than max_seconds={self._limits.max_seconds}", location="template"
+            )

@@ -1,0 +1,319 @@
+"""Vocabularies: loading them from anything a user has, and encoding with char offsets.
+
+``Tokenizer`` wraps a ``tokenizers.Tokenizer`` (the same object transformers' fast
+tokenizers run on) together with the special-token variables that chat templates read
+(``bos_token``, ``eos_token``, ...). It encodes exactly as ``apply_chat_template`` does
+(``add_special_tokens=False``) and returns a ``TokenMap`` for placing char boundaries.
+
+Shipped vocabularies live under ``vocabularies/<name>/vocabulary.toml``: either an HF
+``tokenizer.json`` or a tiktoken rank file, converted once with transformers'
+``TikTokenConverter`` and cached on disk (``BOUNDARY_CACHE_DIR``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal
+
+import tokenizers
+from pydantic import BaseModel, ConfigDict
+
+from boundary.errors import TokenizerError
+from boundary.offsets import OffsetsTokenMap, TokenMap
+from boundary.resources import cache_dir, data_dir
+
+SPECIAL_TOKEN_VARIABLES = (
+    "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+)
+_CONVERSION_VERSION = "1"  # bump when the conversion below changes
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """Token ids and each token's ``[start, end)`` char offsets in the encoded text."""
+
+    ids: list[int]
+    offsets: list[tuple[int, int]]
+    n_chars: int
+
+    @property
+    def token_map(self) -> TokenMap:
+        return OffsetsTokenMap(self.offsets, self.n_chars)
+
+
+class Tokenizer:
+    """A vocabulary plus the special-token variables its chat templates read.
+
+    ``source`` says where the vocabulary came from; ``stand_in`` is True for a test
+    tokenizer built for a family whose real vocabulary is not available offline.
+    """
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        *,
+        special_tokens: Mapping[str, str] | None = None,
+        source: str = "user-supplied",
+        stand_in: bool = False,
+        chat_control_tokens: Iterable[str] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.special_tokens_map = {k: v for k, v in (special_tokens or {}).items() if v is not None}
+        self.source = source
+        self.stand_in = stand_in
+        self.chat_control_tokens = tuple(chat_control_tokens) if chat_control_tokens is not None else None
+        self._plain_backend: tokenizers.Tokenizer | None = None
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(vocab={self.backend.get_vocab_size()}, source={self.source!r})"
+
+    # -- encoding -------------------------------------------------------------------------
+    def encode(self, text: str) -> Encoded:
+        """Encode as ``apply_chat_template(tokenize=True)`` does: added tokens matched, no BOS/EOS added."""
+        enc = self.backend.encode(text, add_special_tokens=False)
+        return Encoded(enc.ids, enc.offsets, len(text))
+
+    def encode_ids(self, text: str) -> list[int]:
+        return self.backend.encode(text, add_special_tokens=False).ids
+
+    def encode_ids_batch(self, texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
+
+    def encode_as_text(self, text: str) -> Encoded:
+        """Encode with no added token matched: control tokens in ``text`` become plain text."""
+        if self._plain_backend is None:
+            plain = tokenizers.Tokenizer.from_str(self.backend.to_str())
+            plain.encode_special_tokens = True
+            self._plain_backend = plain
+        enc = self._plain_backend.encode(text, add_special_tokens=False)
+        return Encoded(enc.ids, enc.offsets, len(text))
+
+    def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
+        return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+
+    def token_to_id(self, token: str) -> int | None:
+        return self.backend.token_to_id(token)
+
+    def id_to_token(self, token_id: int) -> str | None:
+        return self.backend.id_to_token(token_id)
+
+    # -- control tokens -------------------------------------------------------------------
+    def added_tokens(self) -> dict[int, tokenizers.AddedToken]:
+        return self.backend.get_added_tokens_decoder()
+
+    def control_tokens(self, template_literals: str) -> tuple[str, ...]:
+        """Tokens that ``sanitize_control_tokens`` encodes as text when they appear in input.
+
+        As transformers decides: special added tokens, plus the added tokens listed in
+        ``chat_control_tokens`` or, without that list, those appearing in the template's
+        literal text (whitespace-only tokens excepted).
+        """
+        added = self.added_tokens().values()
+        if self.chat_control_tokens is not None:
+            listed = set(self.chat_control_tokens)
+            return tuple(t.content for t in added if t.special or t.content in listed)
+        return tuple(
+            t.content for t in added
+            if t.special or (t.content in template_literals and not t.content.isspace())
+        )
+
+    # -- interop --------------------------------------------------------------------------
+    def to_transformers(self, chat_template: str | None = None) -> Any:
+        """The equivalent transformers fast tokenizer (for parity checks and for users)."""
+        from transformers import PreTrainedTokenizerFast
+
+        tok = PreTrainedTokenizerFast(tokenizer_object=self.backend, **self.special_tokens_map)
+        if chat_template is not None:
+            tok.chat_template = chat_template
+        if self.chat_control_tokens is not None:
+            tok.chat_control_tokens = list(self.chat_control_tokens)
+        return tok
+
+    @classmethod
+    def from_any(cls, obj: Any, *, special_tokens: Mapping[str, str] | None = None) -> Tokenizer:
+        """Accept a ``Tokenizer``, a ``tokenizers.Tokenizer``, a transformers fast tokenizer,
+        a ``tokenizer.json`` path, or a local model directory."""
+        if isinstance(obj, Tokenizer):
+            return obj
+        if isinstance(obj, tokenizers.Tokenizer):
+            return cls(obj, special_tokens=special_tokens)
+        if isinstance(obj, (str, os.PathLike)):
+            path = Path(obj)
+            if path.is_file():
+                return cls(_load_json(path), special_tokens=special_tokens, source=str(path))
+            if path.is_dir():
+                return cls.from_transformers(_auto_tokenizer(str(path)), source=str(path))
+            raise TokenizerError(f"no tokenizer at {str(path)!r}", location="tokenizer")
+        backend = getattr(obj, "backend_tokenizer", None)
+        if isinstance(backend, tokenizers.Tokenizer):
+            return cls.from_transformers(obj)
+        raise TokenizerError(
+            f"cannot use a {type(obj).__name__} as a tokenizer (need a fast/`tokenizers` tokenizer)",
+            location="tokenizer",
+        )
+
+    @classmethod
+    def from_transformers(cls, tok: Any, *, source: str | None = None) -> Tokenizer:
+        special = {k: v for k, v in tok.special_tokens_map.items() if isinstance(v, str)}
+        return cls(
+            tok.backend_tokenizer,
+            special_tokens=special,
+            source=source or getattr(tok, "name_or_path", "") or "transformers",
+            chat_control_tokens=getattr(tok, "chat_control_tokens", None),
+        )
+
+
+def _load_json(path: Path) -> tokenizers.Tokenizer:
+    try:
+        return tokenizers.Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises bare Exception subclasses
+        raise TokenizerError(f"cannot read {path.name}: {exc}", location=str(path)) from None
+
+
+def _auto_tokenizer(path_or_id: str) -> Any:
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path_or_id)
+    except Exception as exc:
+        raise TokenizerError(f"cannot load a tokenizer: {exc}", location=path_or_id) from None
+
+
+# -- shipped vocabularies ---------------------------------------------------------------------
+
+
+class VocabularySpec(BaseModel):
+    """``vocabularies/<name>/vocabulary.toml``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    kind: Literal["tiktoken", "tokenizers"]
+    file: str
+    source: str
+    license: str
+    pattern: str | None = None  # tiktoken: the pre-tokenizer split regex
+    normalize: Literal["NFC"] | None = None
+    added_tokens: dict[str, int] = {}  # tiktoken: content -> id
+    non_special: list[str] = []  # added tokens that are not flagged special
+
+
+def vocabulary_names() -> list[str]:
+    root = data_dir("vocabularies")
+    return sorted(p.parent.name for p in root.glob("*/vocabulary.toml"))
+
+
+def vocabulary_spec(name: str) -> VocabularySpec:
+    path = data_dir("vocabularies") / name / "vocabulary.toml"
+    if not path.is_file():
+        raise TokenizerError(
+            f"no shipped vocabulary {name!r} (have: {', '.join(vocabulary_names())})", location="vocabulary"
+        )
+    with path.open("rb") as f:
+        return VocabularySpec.model_validate(tomllib.load(f))
+
+
+@cache
+def load_vocabulary(name: str) -> tokenizers.Tokenizer:
+    """A shipped vocabulary as a ``tokenizers.Tokenizer`` (converted and cached on first use)."""
+    spec = vocabulary_spec(name)
+    folder = data_dir("vocabularies") / name
+    if spec.kind == "tokenizers":
+        return _load_json(folder / spec.file)
+    return _converted_tiktoken(spec, folder / spec.file)
+
+
+def _converted_tiktoken(spec: VocabularySpec, rank_file: Path) -> tokenizers.Tokenizer:
+    digest = hashlib.sha256(rank_file.read_bytes())
+    digest.update(spec.model_dump_json().encode())
+    digest.update(_CONVERSION_VERSION.encode())
+    cached = cache_dir() / "vocabularies" / f"{spec.name}-{digest.hexdigest()[:16]}.json"
+    if cached.is_file():
+        return _load_json(cached)
+    tok = convert_tiktoken(spec, rank_file)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(tok.to_str())
+    os.replace(tmp, cached)
+    return tok
+
+
+def convert_tiktoken(spec: VocabularySpec, rank_file: Path) -> tokenizers.Tokenizer:
+    """Rank file -> HF BPE with transformers' converter, NFC as the vocabulary says, and the
+    added tokens at their published ids with their published special flags."""
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    if spec.pattern is None:
+        raise TokenizerError("a tiktoken vocabulary needs its split pattern", location=f"{spec.name}.pattern")
+    tok = TikTokenConverter(vocab_file=str(rank_file), pattern=spec.pattern).converted()
+    if spec.normalize == "NFC":
+        tok.normalizer = tokenizers.normalizers.NFC()
+    base = tok.get_vocab_size(with_added_tokens=False)
+    non_special = set(spec.non_special)
+    for content, token_id in sorted(spec.added_tokens.items(), key=lambda kv: kv[1]):
+        if token_id != tok.get_vocab_size(with_added_tokens=True):
+            raise TokenizerError(
+                f"added token {content!r} wants id {token_id}, next free id is "
+                f"{tok.get_vocab_size(with_added_tokens=True)} (ranks: {base})",
+                location=f"{spec.name}.added_tokens",
+            )
+        tok.add_tokens([tokenizers.AddedToken(content, special=content not in non_special, normalized=False)])
+    return tok
+
+
+def stand_in_backend(base: str, control_tokens: Iterable[str]) -> tokenizers.Tokenizer:
+    """A test vocabulary: shipped vocabulary ``base`` plus ``control_tokens`` as special added tokens.
+
+    For families with no vocabulary available offline. Text tokenizes like ``base``, the
+    family's control tokens are single tokens; ids are not the real model's.
+    """
+    tok = tokenizers.Tokenizer.from_str(load_vocabulary(base).to_str())
+    missing = [t for t in control_tokens if tok.token_to_id(t) is None]
+    tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in missing])
+    return tok
+
+
+def template_literals(template_source: str) -> str:
+    """The template's literal strings joined by NUL, as transformers collects them."""
+    from jinja2 import nodes
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    ast = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).parse(template_source)
+    literals = {n.data for n in ast.find_all(nodes.TemplateData)}
+    literals |= {n.value for n in ast.find_all(nodes.Const) if isinstance(n.value, str)}
+    return "\0".join(literals)
+
+
+def check_against_tiktoken(name: str, texts: Iterable[str]) -> list[str]:
+    """Texts on which the converted vocabulary and tiktoken disagree (empty: identical)."""
+    import tiktoken
+    from tiktoken.load import load_tiktoken_bpe
+
+    spec = vocabulary_spec(name)
+    ranks = load_tiktoken_bpe(str(data_dir("vocabularies") / name / spec.file))
+    ref = tiktoken.Encoding(
+        name=f"boundary-{name}", pat_str=spec.pattern or "", mergeable_ranks=ranks,
+        special_tokens=dict(spec.added_tokens),
+    )
+    ours = load_vocabulary(name)
+    bad = []
+    for text in texts:
+        expected = ref.encode(_nfc(text, spec), allowed_special="all")
+        if ours.encode(text, add_special_tokens=False).ids != expected:
+            bad.append(text)
+    return bad
+
+
+def _nfc(text: str, spec: VocabularySpec) -> str:
+    import unicodedata
+
+    return unicodedata.normalize("NFC", text) if spec.normalize == "NFC" else text
+
