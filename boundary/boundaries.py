@@ -57,7 +57,9 @@ class Rendering:
         """The deepest token boundary at or before text position ``char``."""
         return locate(self.token_map, char)
 
-    def checkpoint(self, unit: int, kind: CheckpointKind | str = CheckpointKind.INPUT_END) -> Checkpoint | None:
+    def checkpoint(
+        self, unit: int, kind: CheckpointKind | str = CheckpointKind.INPUT_END
+    ) -> Checkpoint | None:
         """Where checkpoint ``kind`` (``input_end`` or ``prompt_end``) materializes for
         ``prefix_match_unit=unit``; None when U_end is unavailable."""
         kind = CheckpointKind(kind)
@@ -99,7 +101,9 @@ def mark_control_tokens(obj: object, pattern: re.Pattern[str]) -> object:
     return obj
 
 
-def encode_rendering_sanitized(rendered: TextRendering, tokenizer: Tokenizer, pattern: re.Pattern[str]) -> Rendering:
+def encode_rendering_sanitized(
+    rendered: TextRendering, tokenizer: Tokenizer, pattern: re.Pattern[str]
+) -> Rendering:
     markers = re.compile(f"{CONTROL_START}({pattern.pattern}){CONTROL_END}|[{CONTROL_START}{CONTROL_END}]")
     parts = markers.split(rendered.text)  # [text, token-or-None, text, token-or-None, ..., text]
     newline = tokenizer.encode_ids("\n")
@@ -157,5 +161,7 @@ def _assemble(rendered: TextRendering, text: str, ids: list[int], token_map: Tok
     else:
         input_end = locate(token_map, to_final(rendered.input_end))
     starts = tuple(None if s is None else CharOffset(to_final(s)) for s in rendered.message_starts)
-    spans = tuple(Span(CharOffset(to_final(s.start)), CharOffset(to_final(s.end))) for s in rendered.generation_spans)
+    spans = tuple(
+        Span(CharOffset(to_final(s.start)), CharOffset(to_final(s.end))) for s in rendered.generation_spans
+    )
     return Rendering(text, ids, input_end, starts, spans, token_map)

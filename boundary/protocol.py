@@ -222,9 +222,10 @@ def to_template_messages(
     """Plain dicts for a chat template, keeping only the fields the caller set.
 
     A ``None`` content becomes ``""`` (as serving frontends pass it; several templates
-    concatenate or search content without a None check). Tool-call arguments become a dict (``"object"``, what serving frontends pass) or the
-    JSON text (``"string"``, echoing the model's own serialisation where a template
-    accepts it). The reasoning field is renamed to what the family's template reads.
+    concatenate or search content without a None check). Tool-call arguments become a dict
+    (``"object"``, what serving frontends pass) or the JSON text (``"string"``, echoing the
+    model's own serialisation where a template accepts it). The reasoning field is renamed to
+    what the family's template reads.
     """
     out = []
     for message in messages:

@@ -150,7 +150,9 @@ def render_text(
     return _read_marks(raw, recorder, compiled, len(messages))
 
 
-def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, limits: RenderLimits) -> str:
+def _run(
+    template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, limits: RenderLimits
+) -> str:
     chunks: list[str] = []
     size = 0
     try:
@@ -171,8 +173,16 @@ def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder
         raise RenderLimitExceeded("recursion too deep", location=_template_line(exc)) from None
     except RenderLimitExceeded:
         raise
-    except (jinja2.TemplateError, TypeError, ValueError, KeyError, IndexError, AttributeError,
-            ZeroDivisionError, OverflowError) as exc:
+    except (
+        jinja2.TemplateError,
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        AttributeError,
+        ZeroDivisionError,
+        OverflowError,
+    ) as exc:
         raise TemplateRenderError(f"{type(exc).__name__}: {exc}", location=_template_line(exc)) from None
     recorder.deadline.check_time()
     return "".join(chunks)
@@ -226,4 +236,3 @@ def _message_starts(sites: dict[int, dict[int, int]], n: int) -> tuple[CharOffse
     best = max(sites, key=lambda s: (len(set(sites[s].values())), s))
     chosen = sites[best]
     return tuple(CharOffset(chosen[i]) if i in chosen else None for i in range(n))
-

@@ -59,8 +59,13 @@ def raise_exception(message: str) -> None:
     raise TemplateRaised(message)
 
 
-def tojson(x: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None,
-           sort_keys: bool = False) -> str:
+def tojson(
+    x: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: Any = None,
+    sort_keys: bool = False,
+) -> str:
     # Like transformers: no HTML escaping, and the json.dumps options exposed.
     return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
@@ -138,12 +143,17 @@ class Sandbox(ImmutableSandboxedEnvironment):
             if isinstance(seq, (str, list)) and isinstance(times, int) and len(seq) * times > cap:
                 raise self._too_big("'*'", len(seq) * times)
             return operator.mul(left, right)
-        if isinstance(left, int) and isinstance(right, int) and right > 0 and abs(left) > 1:
-            if right * max(abs(left).bit_length(), 1) > 8 * cap:
-                raise self._too_big("'**'", right * abs(left).bit_length() // 8)
+        if (
+            isinstance(left, int)
+            and isinstance(right, int)
+            and right > 0
+            and abs(left) > 1
+            and right * abs(left).bit_length() > 8 * cap
+        ):
+            raise self._too_big("'**'", right * abs(left).bit_length() // 8)
         return operator.pow(left, right)
 
-    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
         if getattr(__obj, "__name__", None) in _PADDING_METHODS and isinstance(
             getattr(__obj, "__self__", None), str
         ):
@@ -180,7 +190,8 @@ class Deadline:
         self._steps += 1
         if self._steps > self._limits.max_loop_steps:
             raise RenderLimitExceeded(
-                f"more than max_loop_steps={self._limits.max_loop_steps:,} loop iterations", location="template"
+                f"more than max_loop_steps={self._limits.max_loop_steps:,} loop iterations",
+                location="template",
             )
         if not self._steps & 0xFF:
             self.check_time()

@@ -30,7 +30,13 @@ from boundary.offsets import OffsetsTokenMap, TokenMap
 from boundary.resources import cache_dir, data_dir
 
 SPECIAL_TOKEN_VARIABLES = (
-    "bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token",
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
 )
 _CONVERSION_VERSION = "1"  # bump when the conversion below changes
 
@@ -64,8 +70,8 @@ class Tokenizer:
         stand_in: bool = False,
         chat_control_tokens: Iterable[str] | None = None,
     ) -> None:
-        self.backend = backend
         self.special_tokens_map = {k: v for k, v in (special_tokens or {}).items() if v is not None}
+        self.backend = _with_special_tokens(backend, self.special_tokens_map.values())
         self.source = source
         self.stand_in = stand_in
         self.chat_control_tokens = tuple(chat_control_tokens) if chat_control_tokens is not None else None
@@ -120,7 +126,8 @@ class Tokenizer:
             listed = set(self.chat_control_tokens)
             return tuple(t.content for t in added if t.special or t.content in listed)
         return tuple(
-            t.content for t in added
+            t.content
+            for t in added
             if t.special or (t.content in template_literals and not t.content.isspace())
         )
 
@@ -168,6 +175,18 @@ class Tokenizer:
             source=source or getattr(tok, "name_or_path", "") or "transformers",
             chat_control_tokens=getattr(tok, "chat_control_tokens", None),
         )
+
+
+def _with_special_tokens(backend: tokenizers.Tokenizer, tokens: Iterable[str]) -> tokenizers.Tokenizer:
+    """``backend`` with ``tokens`` registered as special added tokens, as transformers registers a
+    tokenizer's bos/eos/... tokens; copied first when that changes anything."""
+    added = {t.content for t in backend.get_added_tokens_decoder().values()}
+    missing = [t for t in dict.fromkeys(tokens) if t not in added]
+    if not missing:
+        return backend
+    backend = tokenizers.Tokenizer.from_str(backend.to_str())
+    backend.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in missing])
+    return backend
 
 
 def _load_json(path: Path) -> tokenizers.Tokenizer:
@@ -276,8 +295,7 @@ def stand_in_backend(base: str, control_tokens: Iterable[str]) -> tokenizers.Tok
     family's control tokens are single tokens; ids are not the real model's.
     """
     tok = tokenizers.Tokenizer.from_str(load_vocabulary(base).to_str())
-    missing = [t for t in control_tokens if tok.token_to_id(t) is None]
-    tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in missing])
+    tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in control_tokens])
     return tok
 
 
@@ -300,7 +318,9 @@ def check_against_tiktoken(name: str, texts: Iterable[str]) -> list[str]:
     spec = vocabulary_spec(name)
     ranks = load_tiktoken_bpe(str(data_dir("vocabularies") / name / spec.file))
     ref = tiktoken.Encoding(
-        name=f"boundary-{name}", pat_str=spec.pattern or "", mergeable_ranks=ranks,
+        name=f"boundary-{name}",
+        pat_str=spec.pattern or "",
+        mergeable_ranks=ranks,
         special_tokens=dict(spec.added_tokens),
     )
     ours = load_vocabulary(name)
@@ -316,4 +336,3 @@ def _nfc(text: str, spec: VocabularySpec) -> str:
     import unicodedata
 
     return unicodedata.normalize("NFC", text) if spec.normalize == "NFC" else text
-

@@ -15,21 +15,38 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "render",
         help="render a conversation; show the prompt with U_end and P_end marked",
-        description="Render a conversation (default: a shipped tau-bench airline conversation) with a shipped "
-        "family (default: qwen3_5) and show the prompt with U_end / P_end marked and their token offsets.",
+        description="Render a conversation (default: a shipped tau-bench airline conversation) with a "
+        "shipped family (default: qwen3_5) and show the prompt with U_end / P_end marked and their "
+        "token offsets.",
     )
     p.add_argument("--family", default=DEFAULT_FAMILY, help=f"shipped family (default: {DEFAULT_FAMILY})")
     p.add_argument("--variant", help="template variant (default: the family's default)")
-    p.add_argument("--conversation", type=Path,
-                   help="JSON file: a list of messages, or an object with 'messages' (and 'tools')")
-    p.add_argument("--template-kwargs", default="{}", help="JSON object of template kwargs, e.g. "
-                   '\'{"enable_thinking": false}\'')
-    p.add_argument("--unit", type=int, action="append", help="prefix_match_unit(s) to materialize at "
-                   "(repeatable; default: 16, 64, 528)")
-    p.add_argument("--context", type=int, default=600, help="characters of prompt shown before U_end (default 600)")
+    p.add_argument(
+        "--conversation",
+        type=Path,
+        help="JSON file: a list of messages, or an object with 'messages' (and 'tools')",
+    )
+    p.add_argument(
+        "--template-kwargs",
+        default="{}",
+        help="JSON object of template kwargs, e.g. '{\"enable_thinking\": false}'",
+    )
+    p.add_argument(
+        "--unit",
+        type=int,
+        action="append",
+        help="prefix_match_unit(s) to materialize at (repeatable; default: 16, 64, 528)",
+    )
+    p.add_argument(
+        "--context", type=int, default=600, help="characters of prompt shown before U_end (default 600)"
+    )
     p.add_argument("--full", action="store_true", help="show the whole prompt")
-    p.add_argument("--json", dest="json_out", type=Path, help="also write the result as JSON to this path "
-                   "('-' for stdout)")
+    p.add_argument(
+        "--json",
+        dest="json_out",
+        type=Path,
+        help="also write the result as JSON to this path ('-' for stdout)",
+    )
 
 
 def _load(path: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
@@ -73,8 +90,10 @@ def run(args: argparse.Namespace) -> int:
     shown.append(f"⟦P_end token {r.p_end}⟧", style="bold black on cyan")
     err.print(shown)
 
-    table = Table(title=f"{fam.spec.display_name} ({fam.default_variant if not args.variant else args.variant}) — "
-                  f"{len(messages)} messages, tokenizer: {fam.tokenizer.source}")
+    table = Table(
+        title=f"{fam.spec.display_name} ({fam.default_variant if not args.variant else args.variant}) — "
+        f"{len(messages)} messages, tokenizer: {fam.tokenizer.source}"
+    )
     table.add_column("boundary")
     table.add_column("char", justify="right")
     table.add_column("token", justify="right")
@@ -84,22 +103,46 @@ def run(args: argparse.Namespace) -> int:
         table.add_row("U_end (input_end)", "-", f"unavailable: {r.input_end.reason}", *["-"] * len(units))
     else:
         note = " (token straddles it)" if r.input_end.straddled else ""
-        table.add_row("U_end (input_end)", f"{u_char:,}", f"{r.u_end:,}{note}",
-                      *[f"{r.checkpoint(u).position:,}" for u in units])
-    table.add_row("P_end (prompt_end)", f"{len(r.text):,}", f"{r.p_end:,}",
-                  *[f"{r.checkpoint(u, 'prompt_end').position:,}" for u in units])
+        table.add_row(
+            "U_end (input_end)",
+            f"{u_char:,}",
+            f"{r.u_end:,}{note}",
+            *[f"{r.checkpoint(u).position:,}" for u in units],
+        )
+    table.add_row(
+        "P_end (prompt_end)",
+        f"{len(r.text):,}",
+        f"{r.p_end:,}",
+        *[f"{r.checkpoint(u, 'prompt_end').position:,}" for u in units],
+    )
     err.print(table)
-    err.print(f"generation-only suffix: {r.p_end - (r.u_end or r.p_end)} tokens "
-              f"{r.text[u_char:]!r}" if u_char is not None else "")
+    err.print(
+        f"generation-only suffix: {r.p_end - (r.u_end or r.p_end)} tokens {r.text[u_char:]!r}"
+        if u_char is not None
+        else ""
+    )
 
     if args.json_out:
         result = {
-            "family": fam.name, "variant": args.variant or fam.default_variant, "tokenizer": fam.tokenizer.source,
-            "p_end": r.p_end, "u_end": r.u_end, "input_end": {
-                "status": r.input_end.status.value, "char": r.input_end.char, "token": r.input_end.token,
-                "straddled": r.input_end.straddled, "reason": r.input_end.reason},
-            "checkpoints": {str(u): {"input_end": None if r.u_end is None else r.checkpoint(u).position,
-                                     "prompt_end": r.checkpoint(u, "prompt_end").position} for u in units},
+            "family": fam.name,
+            "variant": args.variant or fam.default_variant,
+            "tokenizer": fam.tokenizer.source,
+            "p_end": r.p_end,
+            "u_end": r.u_end,
+            "input_end": {
+                "status": r.input_end.status.value,
+                "char": r.input_end.char,
+                "token": r.input_end.token,
+                "straddled": r.input_end.straddled,
+                "reason": r.input_end.reason,
+            },
+            "checkpoints": {
+                str(u): {
+                    "input_end": None if r.u_end is None else r.checkpoint(u).position,
+                    "prompt_end": r.checkpoint(u, "prompt_end").position,
+                }
+                for u in units
+            },
             "token_ids": r.token_ids,
         }
         text = json.dumps(result)

@@ -1,0 +1,87 @@
+"""Per-request render cost: boundary vs transformers' apply_chat_template, side by side.
+
+Every assistant turn of the tau-bench airline trajectories becomes one request (the
+conversation before it, with the generation prompt). For each request, in the same run:
+
+- reference: ``tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)``
+  (text + token ids);
+- boundary: ``fam.render(messages)`` (validation, text, token ids and U_end from one pass),
+  and ``fam.render_prepared`` (the same minus request validation).
+
+Usage: python benchmarks/render.py [--family qwen3_5] [--trajectories 200] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import boundary
+from boundary.datasets import tau_bench_airline
+
+
+def requests(n_trajectories: int) -> list[list[dict]]:
+    out = []
+    for traj in tau_bench_airline()[:n_trajectories]:
+        for i, m in enumerate(traj):
+            if m["role"] == "assistant":
+                out.append(traj[:i])
+    return out
+
+
+def timed(fn, items, repeat: int) -> list[float]:
+    """Best-of-``repeat`` wall time per item, in seconds."""
+    best = [float("inf")] * len(items)
+    for _ in range(repeat):
+        for i, item in enumerate(items):
+            t0 = time.perf_counter()
+            fn(item)
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--family", default="qwen3_5")
+    ap.add_argument("--variant")
+    ap.add_argument("--trajectories", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+
+    fam = boundary.load_family(args.family, variant=args.variant)
+    reqs = requests(args.trajectories)
+    prepared = [fam.prepare(m) for m in reqs]
+    hf = fam.tokenizer.to_transformers(fam.template(args.variant))
+    for msgs, tools in prepared[:20]:  # warm caches (compiled templates) on both sides
+        hf.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=True)
+        fam.render_prepared(msgs, tools)
+    ref = timed(
+        lambda p: hf.apply_chat_template(p[0], tools=p[1], add_generation_prompt=True, tokenize=True),
+        prepared,
+        args.repeat,
+    )
+    ours = timed(lambda m: fam.render(m), reqs, args.repeat)
+    ours_prepared = timed(lambda p: fam.render_prepared(p[0], p[1]), prepared, args.repeat)
+    tokens = sum(len(fam.render_prepared(p[0], p[1]).token_ids) for p in prepared)
+
+    def row(name: str, xs: list[float]) -> str:
+        return (
+            f"| {name} | {statistics.mean(xs) * 1e3:.3f} | {statistics.median(xs) * 1e3:.3f} | "
+            f"{sum(xs) / sum(ref):.2f} |"
+        )
+
+    print(
+        f"{len(reqs)} requests from {args.trajectories} tau-bench trajectories, family {fam.name} "
+        f"({args.variant or fam.default_variant}), {tokens / len(reqs):.0f} tokens/request on average, "
+        f"best of {args.repeat}"
+    )
+    print("| path | mean ms/request | median ms/request | ratio vs transformers |")
+    print("|---|---:|---:|---:|")
+    print(row("transformers apply_chat_template(tokenize=True)", ref))
+    print(row("boundary fam.render (validate + render + ids + U_end)", ours))
+    print(row("boundary fam.render_prepared (render + ids + U_end)", ours_prepared))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""pytest configuration; shared helpers live in tests/support.py."""

@@ -1,0 +1,160 @@
+"""The renderer matches transformers' apply_chat_template byte for byte and id for id, and
+finds U_end in the same pass, on every shipped template x the fixture corpus."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+import boundary
+from boundary.render import compile_template, render_text
+from tests.support import (
+    FIXED_NOW,
+    family,
+    fixed_strftime,
+    fixture_cases,
+    kwarg_settings,
+    reference_tokenizer,
+    shipped_variants,
+)
+
+CASES = fixture_cases()
+
+
+def _matrix() -> list[Any]:
+    params = []
+    for name, variant in shipped_variants():
+        for kwargs in kwarg_settings(name):
+            for case in CASES:
+                label = ",".join(f"{k}={v}" for k, v in kwargs.items()) or "defaults"
+                params.append(
+                    pytest.param(name, variant, kwargs, case, id=f"{name}-{variant}-{case['name']}-{label}")
+                )
+    return params
+
+
+def _reference(name: str, variant: str, messages, tools, agp: bool, kwargs, *, tokenize: bool, **extra):
+    hf = reference_tokenizer(name, variant)
+    return hf.apply_chat_template(
+        messages,
+        tools=tools,
+        add_generation_prompt=agp,
+        tokenize=tokenize,
+        return_dict=False,
+        strftime_now=fixed_strftime,
+        **kwargs,
+        **extra,
+    )
+
+
+@pytest.mark.parametrize(("name", "variant", "kwargs", "case"), _matrix())
+def test_text_ids_and_u_end_match_transformers(name: str, variant: str, kwargs: dict, case: dict) -> None:
+    fam = family(name)
+    messages, tools = fam.prepare(case["messages"], case.get("tools"))
+    try:
+        ref_text = _reference(name, variant, messages, tools, True, kwargs, tokenize=False)
+    except Exception as exc:  # the template itself refuses this conversation
+        with pytest.raises(boundary.TemplateRenderError) as info:
+            fam.render(case["messages"], case.get("tools"), variant=variant, now=FIXED_NOW, **kwargs)
+        assert str(exc) in str(info.value)
+        return
+    r = fam.render(case["messages"], case.get("tools"), variant=variant, now=FIXED_NOW, **kwargs)
+    assert r.text == ref_text
+    assert r.token_ids == _reference(name, variant, messages, tools, True, kwargs, tokenize=True)
+
+    # Oracle (tests only): the history rendered without the generation prompt.
+    history_text = _reference(name, variant, messages, tools, False, kwargs, tokenize=False)
+    history_ids = _reference(name, variant, messages, tools, False, kwargs, tokenize=True)
+    assert r.text.startswith(history_text)
+    assert r.token_ids[: len(history_ids)] == history_ids
+    assert r.u_end == len(history_ids)
+    assert r.input_end.char == len(history_text)
+    assert r.u_end <= r.p_end
+
+
+def test_a_template_without_a_generation_prompt_has_u_end_at_p_end() -> None:
+    fam = family("mistral")
+    r = fam.render(CASES[0]["messages"], now=FIXED_NOW)
+    assert compile_template(fam.template()).probes == 0
+    assert r.u_end == r.p_end
+
+
+def test_marks_never_reach_the_text_even_when_the_boundary_is_unavailable() -> None:
+    src = (
+        "{% set gp = '<|im_start|>assistant\\n' if add_generation_prompt else '' %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{{ gp }}"
+    )
+    fam = boundary.Family.from_template(src, family("qwen3").tokenizer)
+    r = fam.render([{"role": "user", "content": "hi"}])
+    assert r.u_end is None
+    assert r.input_end.status is boundary.BoundaryStatus.UNAVAILABLE
+    assert "line 1" in r.input_end.reason
+    assert r.text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert r.checkpoint(64) is None
+
+
+def test_generation_prompt_read_inside_a_macro_is_reported_unavailable() -> None:
+    src = (
+        "{% macro tail() %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{% endmacro %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{{ tail() }}"
+    )
+    fam = boundary.Family.from_template(src, family("qwen3").tokenizer)
+    r = fam.render([{"role": "user", "content": "hi"}])
+    assert r.u_end is None
+    assert "Macro" in r.input_end.reason
+
+
+def test_elif_chains_are_probed_where_the_flag_is_tested() -> None:
+    src = (
+        "{% for m in messages %}{% if m.role == 'user' %}U:{{ m.content }}{{ '\\n' }}"
+        "{% elif loop.last and not add_generation_prompt %}A*:{{ m.content }}{{ '\\n' }}"
+        "{% else %}A:{{ m.content }}{{ '\\n' }}{% endif %}{% endfor %}"
+        "{% if add_generation_prompt %}A:{% endif %}"
+    )
+    fam = boundary.Family.from_template(src, family("qwen3").tokenizer)
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    with_prompt = fam.render(msgs, add_generation_prompt=True)
+    without = fam.render(msgs, add_generation_prompt=False)
+    assert with_prompt.text == "U:q\nA:a\nA:"
+    assert without.text == "U:q\nA*:a\n"
+    assert with_prompt.input_end.char == len("U:q\n")  # where the two renderings part ways
+
+
+def test_message_starts_follow_the_rendering_loop() -> None:
+    fam = family("qwen3_5")
+    case = next(c for c in CASES if c["name"] == "multi_turn")
+    r = fam.render(case["messages"])
+    starts = r.message_starts
+    assert len(starts) == len(case["messages"])
+    for i in range(2, len(starts)):
+        assert starts[i] is not None and starts[i - 1] < starts[i]
+        assert r.text[starts[i] :].startswith("<|im_start|>" + case["messages"][i]["role"])
+
+
+def test_generation_blocks_are_tracked_inside_macros_that_printed_first() -> None:
+    src = (
+        "{% macro turn(m) %}<|im_start|>{{ m.role }}{{ '\\n' }}"
+        "{% if m.role == 'assistant' %}{% generation %}{{ m.content }}<|im_end|>{% endgeneration %}"
+        "{% else %}{{ m.content }}<|im_end|>{% endif %}{{ '\\n' }}{% endmacro %}"
+        "{% for m in messages %}{{ turn(m) }}{% endfor %}"
+    )
+    fam = boundary.Family.from_template(src, family("qwen3").tokenizer)
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "answer"}]
+    r = fam.render(msgs, add_generation_prompt=False)
+    (span,) = r.generation_spans
+    assert r.text[span.start : span.end] == "answer<|im_end|>"
+
+
+def test_compiled_templates_are_cached_by_source() -> None:
+    src = family("qwen3_5").template()
+    assert compile_template(src) is compile_template(src)
+
+
+def test_rendering_twice_uses_fresh_marks() -> None:
+    fam = family("qwen3_5")
+    compiled = compile_template(fam.template())
+    msgs, _ = fam.prepare(CASES[0]["messages"])
+    a = render_text(compiled, msgs)
+    b = render_text(compiled, msgs)
+    assert a == b
