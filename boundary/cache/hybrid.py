@@ -1,0 +1,323 @@
+"""A hybrid prefix cache in vLLM 0.33.0 align mode, retention interval 0.
+
+``HybridPrefixCache`` replays requests: ``admit`` looks a prompt up (the joint hit), holds the
+hit, allocates the request's attention blocks and running state, and creates the states the
+retention plan places inside the prompt; ``finish`` creates the states placed in the output,
+then releases everything the request held (states first, then blocks from the tail, as vLLM
+frees its groups) so that cached entries become evictable in LRU order.
+
+Two budget modes: one arena for blocks and states (vLLM's single block pool: equal total
+capacity), or a separate arena of ``checkpoint_budget`` bytes for retained states (an equal
+admitted checkpoint-byte budget), the rest for blocks and running states.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from boundary.cache.accounting import CacheGeometry, cdiv
+from boundary.cache.blocks import AttentionBlocks
+from boundary.cache.chunking import prefill_chunk_ends
+from boundary.cache.eviction import LRU, EvictionPolicy
+from boundary.cache.lookup import Hit, find_joint_hit
+from boundary.cache.memory import Arena, Entry, EntryKind
+from boundary.cache.request import CacheRequest, Retain
+from boundary.cache.retention import PlannedState, RetentionPlan, plan_retention
+from boundary.cache.states import RecurrentStates
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """``capacity_bytes``: all cache memory. ``checkpoint_budget_bytes``: None for one shared
+    pool; else retained states get exactly this many bytes and blocks the rest.
+    ``max_chunk_tokens``: the scheduler's ``max_num_batched_tokens``."""
+
+    geometry: CacheGeometry
+    capacity_bytes: float
+    checkpoint_budget_bytes: float | None = None
+    junction_at_unit: bool = False
+    max_chunk_tokens: int = 8192
+    eviction: Callable[[], EvictionPolicy] = LRU
+
+    def __post_init__(self) -> None:
+        budget = self.checkpoint_budget_bytes
+        if budget is not None and not 0 < budget < self.capacity_bytes:
+            raise ValueError(f"checkpoint budget {budget} must be inside (0, capacity {self.capacity_bytes})")
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What admitting one request did. ``forced_splits``: extra prefill chunks the plan's
+    in-prompt states cost beyond the scheduler's own stops; ``recached``: states created under
+    a prefix id some live state already answers to (vLLM caches duplicates)."""
+
+    hit: Hit
+    plan: RetentionPlan
+    created: tuple[Entry, ...]
+    forced_splits: int
+    recached: int
+
+
+@dataclass(slots=True)
+class _InFlight:
+    request: CacheRequest
+    table: list[Entry]
+    states: list[Entry]
+    scratch: Entry
+    pending: tuple[PlannedState, ...]
+
+
+@dataclass(slots=True)
+class CacheStats:
+    """Counters over a replay. ``evictions[(victim, cause)]``: entries of kind ``victim``
+    evicted to make room for an allocation of kind ``cause``. ``*_byte_seconds``: time
+    integrals of live bytes (occupancy = integral / elapsed)."""
+
+    evictions: Counter[tuple[str, str]] = field(default_factory=Counter)
+    created: Counter[str] = field(default_factory=Counter)
+    state_hits: Counter[str] = field(default_factory=Counter)
+    evicted_states: list[Entry] = field(default_factory=list)
+    state_bytes: int = 0
+    block_bytes: int = 0
+    peak_state_bytes: int = 0
+    state_byte_seconds: float = 0.0
+    block_byte_seconds: float = 0.0
+    started_at: float | None = None
+    clock: float = 0.0
+
+
+class HybridPrefixCache:
+    """One full-attention group and one recurrent group over shared memory.
+
+    Invariants (``check_invariants``): every key in either index maps to live entries that
+    carry it, and back; a state's single key names exactly the prefix of its position; each
+    arena's ``used`` is the sum of its live entries; an entry's ``refs`` equals the number of
+    in-flight requests holding it; held entries are never evictable; unheld live entries are
+    cached (uncached ones are freed on release).
+    """
+
+    def __init__(self, config: CacheConfig) -> None:
+        self.config = config
+        self.geometry = config.geometry
+        self.blocks = AttentionBlocks(self.geometry)
+        self.states = RecurrentStates(self.geometry)
+        self.stats = CacheStats()
+        budget = config.checkpoint_budget_bytes
+        working = config.capacity_bytes - (budget or 0)
+        self.working = Arena("working", working, config.eviction(), self._evicted)
+        self.checkpoints = (
+            self.working if budget is None else Arena("checkpoints", budget, config.eviction(), self._evicted)
+        )
+        self._arena = {
+            EntryKind.BLOCK: self.working,
+            EntryKind.SCRATCH: self.working,
+            EntryKind.STATE: self.checkpoints,
+        }
+        self._in_flight: dict[int, _InFlight] = {}
+        self._next_eid = 0
+
+    # -- replay ---------------------------------------------------------------------------
+    def lookup(self, request: CacheRequest) -> Hit:
+        """The joint hit ``request`` would get now, without admitting it."""
+        return find_joint_hit(request.prefix, request.num_prompt_tokens, self.blocks, self.states)
+
+    def admit(self, request: CacheRequest, retain: Sequence[Retain], now: float) -> Admission:
+        if request.rid in self._in_flight:
+            raise ValueError(f"request {request.rid} is already in flight")
+        self._advance(now)
+        g = self.geometry
+        hit = self.lookup(request)
+        joint = hit.joint
+        whole = joint // g.block_size
+        for block in hit.blocks[:whole]:
+            self.working.hold(block, now)
+        for block in hit.blocks[whole:]:  # a partially hit block: copied, then let go (now most recent)
+            self.working.hold(block, now)
+            self.working.release(block, now)
+        held_states: list[Entry] = []
+        if hit.state is not None:
+            self.checkpoints.hold(hit.state, now)
+            hit.state.hits += 1
+            hit.state.last_hit_at = now
+            for label in hit.state.labels:
+                self.stats.state_hits[label] += 1
+            held_states.append(hit.state)
+
+        # The hit blocks stay in the table up to the last whole block; the request writes its
+        # own copy of a partially hit block (vLLM's copy-on-write tail).
+        table = list(hit.blocks[:whole])
+        computed = request.num_tokens - 1  # the last sampled token's KV is never computed
+        cacheable = min(computed, len(request.prefix) * g.unit) // g.block_size
+        for index in range(whole, cdiv(computed, g.block_size)):
+            block = self._allocate(
+                EntryKind.BLOCK, self.geometry.block_bytes, (index + 1) * g.block_size, request.rid, now
+            )
+            if index < cacheable:
+                self.blocks.cache_full(block, request.prefix)
+            table.append(block)
+        scratch = self._allocate(EntryKind.SCRATCH, g.state_bytes, 0, request.rid, now)
+
+        plan = plan_retention(
+            retain,
+            junction=hit.junction,
+            joint=joint,
+            num_prompt_tokens=request.num_prompt_tokens,
+            geometry=g,
+            junction_at_unit=self.config.junction_at_unit,
+        )
+        created: list[Entry] = []
+        recached = 0
+        for planned in plan.states:
+            if planned.in_prompt:
+                state, again = self._create_state(planned, request, table, now)
+                created.append(state)
+                recached += again
+        flight = _InFlight(
+            request, table, held_states + created, scratch, tuple(p for p in plan.states if not p.in_prompt)
+        )
+        self._in_flight[request.rid] = flight
+        native = prefill_chunk_ends(
+            joint,
+            request.num_prompt_tokens,
+            g,
+            junction=hit.junction,
+            max_chunk_tokens=self.config.max_chunk_tokens,
+        )
+        wanted = [s.position for s in created if s.position < request.num_prompt_tokens]
+        splits = len(
+            prefill_chunk_ends(
+                joint,
+                request.num_prompt_tokens,
+                g,
+                junction=hit.junction,
+                stops=wanted,
+                max_chunk_tokens=self.config.max_chunk_tokens,
+            )
+        ) - len(native)
+        return Admission(hit, plan, tuple(created), splits, recached)
+
+    def finish(self, rid: int, now: float) -> tuple[Entry, ...]:
+        """The request stopped: create its output-side states, release what it held."""
+        self._advance(now)
+        flight = self._in_flight.pop(rid)
+        created = []
+        for planned in flight.pending:
+            state, _ = self._create_state(planned, flight.request, flight.table, now)
+            created.append(state)
+            flight.states.append(state)
+        for state in sorted(flight.states, key=lambda e: -e.position):
+            self._release(state, now)
+        for block in reversed(flight.table):
+            self._release(block, now)
+        self._release(flight.scratch, now)
+        return tuple(created)
+
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    def close(self, now: float) -> None:
+        """Account occupancy up to ``now`` (the end of the replay)."""
+        self._advance(now)
+
+    # -- internals ------------------------------------------------------------------------
+    def _create_state(
+        self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
+    ) -> tuple[Entry, int]:
+        state = self._allocate(EntryKind.STATE, self.geometry.state_bytes, planned.position, request.rid, now)
+        state.labels = tuple(k.value for k in planned.kinds)
+        key = request.prefix[planned.position // self.geometry.unit - 1]
+        again = int(key in self.states.index)
+        self.states.cache(state, request.prefix)
+        if planned.alias:
+            index = planned.position // self.geometry.block_size
+            if index < len(table):
+                self.blocks.cache_alias(table[index], planned.position, request.prefix)
+        for label in state.labels:
+            self.stats.created[label] += 1
+        return state, again
+
+    def _allocate(self, kind: EntryKind, nbytes: int, position: int, creator: int, now: float) -> Entry:
+        entry = Entry(self._next_eid, kind, nbytes, position, creator, now)
+        self._next_eid += 1
+        self._arena[kind].allocate(entry, now, kind)
+        entry.refs = 1
+        if kind is EntryKind.STATE:
+            self.stats.state_bytes += nbytes
+            self.stats.peak_state_bytes = max(self.stats.peak_state_bytes, self.stats.state_bytes)
+        elif kind is EntryKind.BLOCK:
+            self.stats.block_bytes += nbytes
+        return entry
+
+    def _release(self, entry: Entry, now: float) -> None:
+        self._arena[entry.kind].release(entry, now)
+        if not entry.live:
+            self._forget(entry)
+
+    def _evicted(self, entry: Entry, now: float, cause: EntryKind) -> None:
+        self.stats.evictions[(entry.kind.name.lower(), cause.name.lower())] += 1
+        if entry.kind is EntryKind.STATE:
+            self.states.drop(entry)
+            self.stats.evicted_states.append(entry)
+        else:
+            self.blocks.drop(entry)
+        self._forget(entry)
+
+    def _forget(self, entry: Entry) -> None:
+        if entry.kind is EntryKind.STATE:
+            self.stats.state_bytes -= entry.nbytes
+        elif entry.kind is EntryKind.BLOCK:
+            self.stats.block_bytes -= entry.nbytes
+
+    def _advance(self, now: float) -> None:
+        s = self.stats
+        if s.started_at is None:
+            s.started_at = s.clock = now
+        if now > s.clock:
+            s.state_byte_seconds += s.state_bytes * (now - s.clock)
+            s.block_byte_seconds += s.block_bytes * (now - s.clock)
+            s.clock = now
+
+    # -- invariants -----------------------------------------------------------------------
+    def live_states(self) -> list[Entry]:
+        return [e for entries in self.states.index.entries.values() for e in entries]
+
+    def check_invariants(self) -> None:
+        g = self.geometry
+        for name, index, kind in (
+            ("blocks", self.blocks.index, EntryKind.BLOCK),
+            ("states", self.states.index, EntryKind.STATE),
+        ):
+            for key, entries in index.entries.items():
+                assert entries, f"{name}: empty entry list under key {key}"
+                for e in entries:
+                    assert e.live and e.kind is kind and key in e.keys, f"{name}: key {key} -> stale {e}"
+        expected: Counter[int] = Counter()
+        for flight in self._in_flight.values():
+            for e in (*flight.table, *flight.states, flight.scratch):
+                expected[e.eid] += 1
+        arenas = {id(self.working): self.working, id(self.checkpoints): self.checkpoints}
+        state_bytes = block_bytes = 0
+        for arena in arenas.values():
+            assert arena.used == sum(e.nbytes for e in arena.charged), f"{arena.name}: used != sum of entries"
+            assert arena.used <= arena.capacity or arena.overcommits, f"{arena.name}: over capacity"
+            for e in arena.charged:
+                assert e.live, f"{arena.name}: freed entry still charged"
+                assert e.refs == expected[e.eid], f"{e}: refs {e.refs} != holders {expected[e.eid]}"
+                assert (e in arena.policy) == (e.refs == 0), f"{e}: evictable iff unheld"
+                if e.refs == 0:
+                    assert e.keys, f"{e}: unheld and uncached but not freed"
+                index = self.states.index if e.kind is EntryKind.STATE else self.blocks.index
+                for key in e.keys:
+                    assert e in index.entries.get(key, ()), f"{e}: key {key} missing from the index"
+                if e.kind is EntryKind.STATE:
+                    state_bytes += e.nbytes
+                    assert len(e.keys) == 1 and e.position > 0 and e.position % g.unit == 0, f"bad state {e}"
+                elif e.kind is EntryKind.BLOCK:
+                    block_bytes += e.nbytes
+                    assert e.position % g.block_size == 0, f"bad block {e}"
+                else:
+                    assert not e.keys and e.refs == 1, f"scratch {e} is cached or shared"
+        assert state_bytes == self.stats.state_bytes, "state byte counter drifted"
+        assert block_bytes == self.stats.block_bytes, "block byte counter drifted"

@@ -1,0 +1,143 @@
+"""Entries (one allocation each), the prefix-id index that finds them, and byte budgets.
+
+An ``Entry`` is an attention block, a retained recurrent state, or a running state (scratch).
+It is *cached* while it has keys (prefix ids it answers to), *held* while in-flight requests
+reference it, and *evictable* when cached and not held. An ``Arena`` is a byte budget: it
+charges entries, frees them, and evicts through its ``EvictionPolicy`` when an allocation
+would not fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from boundary.cache.eviction import EvictionPolicy
+
+
+class EntryKind(IntEnum):
+    BLOCK = 0  # attention KV of one block of ``block_size`` tokens
+    STATE = 1  # a retained recurrent state at a unit boundary
+    SCRATCH = 2  # the running recurrent state of an in-flight request (never cached)
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One allocation. ``position``: the prefix length it represents (a block's end, a state's
+    position); a state at ``position`` stands for exactly ``tokens[:position]`` and is only
+    ever found through the prefix id of that prefix."""
+
+    eid: int
+    kind: EntryKind
+    nbytes: int
+    position: int
+    creator: int
+    created_at: float
+    keys: list[int] = field(default_factory=list)
+    refs: int = 0
+    labels: tuple[str, ...] = ()
+    hits: int = 0
+    last_hit_at: float | None = None
+    evicted_at: float | None = None
+    live: bool = True
+
+
+class PrefixIndex:
+    """Prefix id -> the live entries that answer to it, oldest first (vLLM does not
+    de-duplicate: a recomputed block or state is cached again under the same id, and a
+    lookup takes the first). Invariant: ``e in index[k]`` iff ``e.live and k in e.keys``."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self) -> None:
+        self.entries: dict[int, list[Entry]] = {}
+
+    def find(self, key: int) -> Entry | None:
+        found = self.entries.get(key)
+        return found[0] if found else None
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.entries
+
+    def add(self, entry: Entry, key: int) -> None:
+        if key in entry.keys:
+            return
+        entry.keys.append(key)
+        self.entries.setdefault(key, []).append(entry)
+
+    def drop(self, entry: Entry) -> None:
+        for key in entry.keys:
+            found = self.entries[key]
+            found.remove(entry)
+            if not found:
+                del self.entries[key]
+        entry.keys.clear()
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+EvictHook = Callable[[Entry, float, EntryKind], None]
+
+
+class Arena:
+    """A byte budget.
+
+    Invariants: ``used`` is the sum of ``nbytes`` over the live entries charged here; the
+    policy holds exactly the charged entries that are cached and not held; ``used <=
+    capacity`` unless held entries alone exceed it (each such allocation is counted in
+    ``overcommits``: a real engine would have made the request wait).
+    """
+
+    __slots__ = ("capacity", "charged", "name", "on_evict", "overcommits", "peak", "policy", "used")
+
+    def __init__(self, name: str, capacity: float, policy: EvictionPolicy, on_evict: EvictHook) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.policy = policy
+        self.on_evict = on_evict
+        self.used = 0
+        self.peak = 0
+        self.overcommits = 0
+        self.charged: set[Entry] = set()
+
+    def allocate(self, entry: Entry, now: float, cause: EntryKind) -> None:
+        """Charge ``entry``, evicting victims first until it fits."""
+        need = self.used + entry.nbytes - self.capacity
+        while need > 0:
+            victim = self.policy.victim()
+            if victim is None:
+                self.overcommits += 1
+                break
+            self.evict(victim, now, cause)
+            need -= victim.nbytes
+        self.used += entry.nbytes
+        self.peak = max(self.peak, self.used)
+        self.charged.add(entry)
+
+    def evict(self, entry: Entry, now: float, cause: EntryKind) -> None:
+        self.policy.discard(entry)
+        entry.evicted_at = now
+        self.on_evict(entry, now, cause)
+        self.free(entry)
+
+    def free(self, entry: Entry) -> None:
+        self.charged.remove(entry)
+        self.used -= entry.nbytes
+        entry.live = False
+
+    def hold(self, entry: Entry, now: float) -> None:
+        if entry.refs == 0:
+            self.policy.touch(entry, now)
+        entry.refs += 1
+
+    def release(self, entry: Entry, now: float) -> None:
+        """Drop one hold; an unheld entry becomes evictable if cached, else is freed."""
+        entry.refs -= 1
+        if entry.refs:
+            return
+        if entry.keys:
+            self.policy.release(entry, now)
+        else:
+            self.free(entry)

@@ -1,0 +1,64 @@
+"""A request as the cache model sees it: prefix ids, lengths, times, and what to retain.
+
+This is the plain, replayable stream a fidelity test can feed to both this model and vLLM's
+``KVCacheManager``: token ids (hashed here into prefix ids), the prompt length, the request's
+time in flight, and the logical positions a retention policy asks to keep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from boundary.cache.hashing import PrefixHasher, PrefixId, PrefixReuse
+from boundary.checkpoints import CheckpointKind
+
+
+@dataclass(frozen=True, slots=True)
+class Retain:
+    """Keep a recurrent state at logical position ``logical`` (it materializes at the deepest
+    unit boundary at or before it). ``PROMPT_END`` is vLLM's replay boundary: a resend of the
+    same prompt is capped at ``num_prompt_tokens - 1``, so it materializes from ``logical - 1``."""
+
+    kind: CheckpointKind
+    logical: int
+
+    @property
+    def anchor(self) -> int:
+        return self.logical - 1 if self.kind is CheckpointKind.PROMPT_END else self.logical
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRequest:
+    """One request. ``prefix[i]`` names ``tokens[:(i + 1) * unit]`` over the prompt *and* the
+    output the request ends with (vLLM keeps hashing as output tokens are appended);
+    ``num_tokens`` counts both. The request is in flight over ``[arrival, finish)``.
+
+    Invariants: ``0 < num_prompt_tokens <= num_tokens``; ``len(prefix) == num_tokens // unit``.
+    """
+
+    rid: int
+    prefix: Sequence[PrefixId]
+    num_prompt_tokens: int
+    num_tokens: int
+    arrival: float = 0.0
+    finish: float = 0.0
+
+    @classmethod
+    def from_tokens(
+        cls,
+        rid: int,
+        tokens: Sequence[int],
+        num_prompt_tokens: int,
+        hasher: PrefixHasher,
+        *,
+        arrival: float = 0.0,
+        finish: float = 0.0,
+        reuse: PrefixReuse | None = None,
+    ) -> CacheRequest:
+        """``tokens`` = prompt ids followed by the output ids (stop token included)."""
+        if not 0 < num_prompt_tokens <= len(tokens):
+            raise ValueError(f"request {rid}: prompt length {num_prompt_tokens} outside 1..{len(tokens)}")
+        return cls(
+            rid, hasher.prefix_ids(tokens, reuse=reuse), num_prompt_tokens, len(tokens), arrival, finish
+        )
