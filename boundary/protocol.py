@@ -9,12 +9,14 @@ into the plain dicts a chat template reads.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
@@ -38,7 +40,13 @@ class TextPart(_Model):
     text: str
 
 
-Content = str | list[TextPart]
+def _content_shape(value: Any) -> Any:
+    if value is not None and not isinstance(value, (str, list)):
+        raise ValueError(f"expected a string or a list of text parts, got {type(value).__name__}")
+    return value
+
+
+Content = Annotated[str | list[TextPart], BeforeValidator(_content_shape)]
 
 
 class FunctionCall(_Model):
@@ -140,9 +148,15 @@ def _location(prefix: str, loc: Sequence[int | str]) -> str:
     return out
 
 
+_BRANCH = re.compile(r"^(str|int|float|bool|none|[A-Z]\w*|\w+\[.*\])$")
+
+
 def _first_error(prefix: str, exc: ValidationError, *, skip_tag: bool) -> RequestError:
-    err = exc.errors(include_url=False)[0]
-    loc = list(err["loc"])
+    """The most specific error, located as the user wrote the request (union branch labels
+    such as ``str`` or ``list[TextPart]`` dropped)."""
+    errors = exc.errors(include_url=False)
+    err = max(errors, key=lambda e: len(e["loc"]))
+    loc = [part for part in err["loc"] if not (isinstance(part, str) and _BRANCH.match(part))]
     if skip_tag and loc and loc[0] in ROLES:
         loc = loc[1:]  # a discriminated union puts the tag first; the path the user wrote has no tag
     message = err["msg"]

@@ -20,6 +20,7 @@ from typing import Any
 
 import jinja2
 import jinja2.meta
+import jinja2.nodes
 
 from boundary.errors import (
     RenderLimitExceeded,
@@ -73,7 +74,15 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
     """Parse, instrument and compile ``source``. Cached: repeated renders compile once."""
     env = _sandbox(limits)
     try:
-        variables = frozenset(jinja2.meta.find_undeclared_variables(env.parse(source)))
+        tree = env.parse(source)
+        for node in tree.find_all(
+            (jinja2.nodes.Include, jinja2.nodes.Import, jinja2.nodes.FromImport, jinja2.nodes.Extends)
+        ):
+            raise SandboxViolation(
+                f"templates may not {type(node).__name__.lower()} other templates (no file access)",
+                location=f"template:{node.lineno}",
+            )
+        variables = frozenset(jinja2.meta.find_undeclared_variables(tree))
         instrumented = instrument(env.parse(source))  # a fresh tree: instrument() mutates it
         template = env.from_string(instrumented.tree)
     except jinja2.TemplateSyntaxError as exc:

@@ -5,9 +5,10 @@ exactly the globals and filters transformers gives them (``raise_exception``,
 ``strftime_now``, a non-escaping ``tojson``, loop controls, ``trim_blocks`` /
 ``lstrip_blocks``), so the text is byte-for-byte what ``apply_chat_template`` renders.
 
-On top of the sandbox (which already refuses ``__class__``, ``__globals__``, unsafe
-attributes and mutation of inputs; templates get no file, import or OS access) every
-render runs under ``RenderLimits``:
+On top of the sandbox (which refuses ``__class__``, ``__globals__``, other unsafe attributes
+and mutation of inputs — here with an error at the first unsafe access, where jinja2 alone
+would render an empty string — and gives templates no file, import or OS access; include /
+import / extends are refused when compiling) every render runs under ``RenderLimits``:
 
 - ``max_seconds``: wall time, checked at every loop step and every output chunk;
 - ``max_loop_steps``: total ``{% for %}`` iterations (``range`` alone is capped at 100,000
@@ -123,6 +124,13 @@ class Sandbox(ImmutableSandboxedEnvironment):
         self.filters["join"] = self._checked_join(self.filters["join"])
         self.globals["raise_exception"] = raise_exception
         self.globals["strftime_now"] = strftime_now
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
+        # jinja2 returns an Undefined that renders as "" until used further; a template that
+        # reaches for an unsafe attribute is refused outright instead.
+        raise jinja2.exceptions.SecurityError(
+            f"access to attribute {attribute!r} of a {type(obj).__name__!r} object is unsafe"
+        )
 
     def _too_big(self, what: str, size: int) -> RenderLimitExceeded:
         return RenderLimitExceeded(

@@ -75,7 +75,6 @@ class Tokenizer:
         self.source = source
         self.stand_in = stand_in
         self.chat_control_tokens = tuple(chat_control_tokens) if chat_control_tokens is not None else None
-        self._plain_backend: tokenizers.Tokenizer | None = None
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab={self.backend.get_vocab_size()}, source={self.source!r})"
@@ -93,13 +92,20 @@ class Tokenizer:
         return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def encode_as_text(self, text: str) -> Encoded:
-        """Encode with no added token matched: control tokens in ``text`` become plain text."""
-        if self._plain_backend is None:
-            plain = tokenizers.Tokenizer.from_str(self.backend.to_str())
-            plain.encode_special_tokens = True
-            self._plain_backend = plain
-        enc = self._plain_backend.encode(text, add_special_tokens=False)
-        return Encoded(enc.ids, enc.offsets, len(text))
+        """Encode with no added token matched, special or not, as transformers'
+        ``_encode_without_added_tokens`` does (normalizer, pre-tokenizer, model; nothing else).
+
+        Offsets are coarse: every token spans all of ``text``, so the only boundaries inside
+        are its two ends. Used for control tokens found in user input, where no boundary of
+        interest can fall.
+        """
+        backend = self.backend
+        normalized = backend.normalizer.normalize_str(text) if backend.normalizer is not None else text
+        splits = [normalized]
+        if backend.pre_tokenizer is not None:
+            splits = [split for split, _ in backend.pre_tokenizer.pre_tokenize_str(normalized)]
+        ids = [token.id for split in splits for token in backend.model.tokenize(split)]
+        return Encoded(ids, [(0, len(text))] * len(ids), len(text))
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -1,0 +1,122 @@
+"""The family registry: every shipped family loads with its verbatim templates and
+provenance; local model directories and user templates work offline."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+import boundary
+from boundary.resources import data_dir
+from tests.support import family, fixture_cases
+
+HYBRID = {
+    "qwen3_next",
+    "qwen3_5",
+    "qwen3_6",
+    "nemotron_3",
+    "nemotron_nano_v2",
+    "granite_4_h",
+    "kimi_linear",
+    "zamba2",
+    "jamba",
+    "falcon_h1",
+}
+COMPARISON = {"qwen3", "minimax_m2", "deepseek_v3", "gpt_oss", "mistral"}
+
+
+def test_the_registry_lists_every_hybrid_family_and_the_comparison_families() -> None:
+    names = set(boundary.family_names())
+    assert names >= HYBRID | COMPARISON
+    for name in HYBRID:
+        assert boundary.family_spec(name).hybrid, name
+
+
+@pytest.mark.parametrize("name", sorted(HYBRID | COMPARISON))
+def test_shipped_templates_are_verbatim_and_carry_their_provenance(name: str) -> None:
+    spec = boundary.family_spec(name)
+    folder = data_dir("templates") / name
+    for variant in spec.variants:
+        data = (folder / variant.file).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == variant.sha256, variant.file
+        assert variant.source and variant.license
+    if "NVIDIA" in "".join(v.license for v in spec.variants):
+        assert (folder / "NOTICE").is_file()
+
+
+@pytest.mark.parametrize("name", ["jamba", "falcon_h1"])
+def test_families_without_a_verbatim_template_take_a_user_template(name: str) -> None:
+    with pytest.raises(boundary.TemplateLoadError, match="pass template="):
+        boundary.load_family(name)
+    template = family("zamba2").template()
+    fam = boundary.load_family(name, template=template, tokenizer=family("qwen3").tokenizer)
+    r = fam.render([{"role": "user", "content": "hi"}])
+    assert r.text.endswith("<|im_start|>assistant\n")
+    assert r.u_end == r.p_end - 3  # "<|im_start|>", "assistant", "\n"
+
+
+def test_unknown_families_and_variants_are_load_errors() -> None:
+    with pytest.raises(boundary.TemplateLoadError, match="unknown family 'llama9'"):
+        boundary.load_family("llama9")
+    with pytest.raises(boundary.TemplateLoadError, match="unknown variant"):
+        boundary.load_family("qwen3_5", variant="turbo")
+    with pytest.raises(boundary.RequestError, match="variant"):
+        family("qwen3_5").render([{"role": "user", "content": "x"}], variant="turbo")
+
+
+def _reference_ids(tok, messages, tools=None):
+    return tok.apply_chat_template(
+        messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
+
+
+def test_from_pretrained_reads_a_saved_model_directory(tmp_path) -> None:
+    source = family("qwen3_5")
+    hf = source.tokenizer.to_transformers(source.template())
+    hf.save_pretrained(tmp_path)
+    fam = boundary.Family.from_pretrained(tmp_path)
+    case = next(c for c in fixture_cases() if c["name"] == "tool_loop_two_steps")
+    msgs, tools = fam.prepare(case["messages"], case["tools"])
+    r = fam.render(case["messages"], case["tools"])
+    assert r.token_ids == _reference_ids(hf, msgs, tools)
+    assert r.u_end == len(fam.render(case["messages"], case["tools"], add_generation_prompt=False).token_ids)
+
+
+def test_from_pretrained_reads_a_template_inside_tokenizer_config(tmp_path) -> None:
+    source = family("qwen3")
+    (tmp_path / "tokenizer.json").write_text(source.tokenizer.backend.to_str(), encoding="utf-8")
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "eos_token": "<|im_end|>",
+        "chat_template": source.template(),
+    }
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    fam = boundary.Family.from_pretrained(tmp_path, name="my-qwen3")
+    assert fam.name == "my-qwen3"
+    r = fam.render([{"role": "user", "content": "hi"}])
+    assert r.text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_from_pretrained_without_a_template_is_a_load_error(tmp_path) -> None:
+    (tmp_path / "tokenizer.json").write_text(family("qwen3").tokenizer.backend.to_str(), encoding="utf-8")
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')
+    with pytest.raises(boundary.TemplateLoadError, match="no chat template"):
+        boundary.Family.from_pretrained(tmp_path)
+
+
+def test_from_template_accepts_a_transformers_tokenizer() -> None:
+    source = family("qwen3_5")
+    hf = source.tokenizer.to_transformers()
+    fam = boundary.Family.from_template(source.template(), hf)
+    messages = fixture_cases()[0]["messages"]
+    assert fam.render(messages).token_ids == source.render(messages).token_ids
+
+
+def test_template_kwargs_reach_the_template() -> None:
+    fam = family("qwen3_5")
+    msgs = [{"role": "user", "content": "hi"}]
+    on, off = fam.render(msgs), fam.render(msgs, enable_thinking=False)
+    assert on.text.endswith("<think>\n") and off.text.endswith("<think>\n\n</think>\n\n")
+    assert on.u_end == off.u_end

@@ -1,0 +1,33 @@
+"""Char -> token flooring over raw token offsets."""
+
+from __future__ import annotations
+
+from boundary.offsets import OffsetsTokenMap, PiecewiseTokenMap
+
+
+def test_floor_lands_on_the_deepest_clean_boundary() -> None:
+    # "ab" "c" "d" over "abcd"
+    m = OffsetsTokenMap([(0, 2), (2, 3), (3, 4)], 4)
+    assert m.floor(0) == (0, 0)
+    assert m.floor(1) == (0, 0)  # inside "ab"
+    assert m.floor(2) == (1, 2)
+    assert m.floor(3) == (2, 3)
+    assert m.floor(4) == (3, 4)
+    assert m.floor(99) == (3, 4)
+
+
+def test_a_character_split_over_two_tokens_has_no_boundary_inside() -> None:
+    # " 😀" is two byte-level tokens over chars [1, 3) and [2, 3): no prefix ends between them
+    m = OffsetsTokenMap([(0, 1), (1, 3), (2, 3), (3, 5)], 5)
+    assert m.floor(3) == (3, 3)
+    assert m.floor(2) == (1, 1)
+
+
+def test_pieces_are_hard_cuts() -> None:
+    a = OffsetsTokenMap([(0, 3), (3, 5)], 5)
+    b = OffsetsTokenMap([(0, 2)], 2)
+    m = PiecewiseTokenMap([(0, 0, a), (5, 2, b)], 7, 3)
+    assert m.floor(4) == (1, 3)
+    assert m.floor(5) == (2, 5)
+    assert m.floor(6) == (2, 5)
+    assert m.floor(7) == (3, 7)
