@@ -45,6 +45,19 @@ class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class OutputSpec(_Spec):
+    """How the model itself writes an assistant turn (``boundary.outputs``), where the family
+    departs from its tool-call format's defaults. Every string is literal output text."""
+
+    reasoning_open: str | None = None  # the opener the model writes (default: open tag + "\n")
+    reasoning_close: str | None = None  # written after the reasoning (default: "\n" + close tag + "\n\n")
+    before_tool_calls: str | None = None  # between non-empty content and the first tool call
+    between_tool_calls: str | None = None
+    after_tool_calls: str | None = None  # after the last tool call, before the stop token
+    before_stop: str = ""  # after a plain answer, before the stop token
+    stop_token: str | None = None  # the token that ends a turn (default: the first of stop_tokens)
+
+
 class TemplateVariant(_Spec):
     """One verbatim chat template file and where it came from."""
 
@@ -54,6 +67,8 @@ class TemplateVariant(_Spec):
     license: str
     sha256: str | None = None
     models: list[str] = []
+    tool_call_format: str | None = None  # overrides the family's for this variant
+    output: OutputSpec | None = None  # overrides the family's for this variant
 
 
 class TemplateKwarg(_Spec):
@@ -64,8 +79,17 @@ class TemplateKwarg(_Spec):
     doc: str
 
 
+RewriteTrigger = Literal["next_request", "new_user_message", "final_answer", "tools_change", "new_day"]
+
+
 class HistoryRewrite(_Spec):
-    """A way the template renders earlier turns differently once the conversation moves on."""
+    """A way the template renders earlier turns differently once the conversation moves on.
+
+    ``trigger`` says when it happens: as soon as the turn is history (``next_request``), once a
+    new user message arrives (``new_user_message``), once a later final answer follows
+    (``final_answer``), when the tools change (``tools_change``) or when the date changes
+    (``new_day``). ``turns`` narrows which assistant turns it touches.
+    """
 
     kind: Literal[
         "drop_reasoning_before_last_user",
@@ -78,6 +102,8 @@ class HistoryRewrite(_Spec):
         "reorder_channels",
     ]
     unless: dict[str, bool | str] = {}  # template kwargs that switch the rewrite off
+    trigger: RewriteTrigger | None = None  # None: the kind's usual trigger (``boundary.horizon``)
+    turns: Literal["any", "answers", "tool_calls"] = "any"
     doc: str
 
 
@@ -102,6 +128,7 @@ class FamilySpec(_Spec):
     tool_arguments: ArgumentsForm = "object"  # how the template wants tool-call arguments
     template_kwargs: dict[str, TemplateKwarg] = {}
     history_rewrites: list[HistoryRewrite] = []
+    output: OutputSpec = OutputSpec()
     notes: str = ""
 
 
@@ -331,6 +358,19 @@ class Family:
             variables=variables, now=now, limits=self.limits,
         )
         return encode_rendering_sanitized(rendered, self.tokenizer, pattern)
+
+    def verify_round_trip(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        generated_token_ids: Sequence[int] | Any,
+        next_messages: Sequence[Mapping[str, Any] | Message] | None = None,
+        **options: Any,
+    ) -> Any:
+        """Whether the committed generated ids answering ``messages`` are a token prefix of the
+        next request; see ``boundary.roundtrip.verify_round_trip`` for options and the result."""
+        from boundary.roundtrip import verify_round_trip
+
+        return verify_round_trip(self, messages, generated_token_ids, next_messages, **options)
 
     def _control_pattern(self, source: str) -> Any:
         key = hashlib.sha256(source.encode()).hexdigest()

@@ -1,0 +1,33 @@
+"""Per-format handling of what a model generates: writing an assistant message the way the
+model emits it (``format_output``) and reading generated text or ids back into the message a
+frontend appends (``parse_output``).
+
+    out = format_output(fam, prompt, {"role": "assistant", "content": "Hi."})
+    out.text, out.token_ids, out.stop_token
+    parsed = parse_output(fam, out.token_ids, prompt)
+    parsed.status, parsed.message
+"""
+
+from boundary.outputs.codec import OutputFormat, format_output, generation_suffix, output_format, parse_output
+from boundary.outputs.model import (
+    GeneratedOutput,
+    OutputStatus,
+    ParsedOutput,
+    Region,
+    RegionKind,
+    WrittenCall,
+)
+
+__all__ = [
+    "GeneratedOutput",
+    "OutputFormat",
+    "OutputStatus",
+    "ParsedOutput",
+    "Region",
+    "RegionKind",
+    "WrittenCall",
+    "format_output",
+    "generation_suffix",
+    "output_format",
+    "parse_output",
+]

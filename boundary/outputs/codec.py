@@ -1,0 +1,363 @@
+"""A family's output format, and the two directions through it.
+
+``format_output`` writes an assistant message the way the model itself emits it after a
+prompt (its own reasoning framing, tool-call syntax and stop token; tool-call arguments as
+written), so that any difference in how the template later re-renders the turn shows up.
+``parse_output`` reads generated text or token ids back into the message a frontend
+appends. Which format applies is data: the family's ``tool_call_format``, ``reasoning_tags``,
+``stop_tokens`` and ``output`` fields (``templates/<family>/family.toml``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from boundary.errors import RequestError, TemplateLoadError
+from boundary.offsets import BoundaryStatus
+from boundary.outputs import harmony
+from boundary.outputs.arguments import parameter_types
+from boundary.outputs.formats.base import CallContext, ReadCall, ToolCallSyntax
+from boundary.outputs.formats.json_calls import (
+    DeepSeekV3,
+    HermesJson,
+    KimiSections,
+    MistralCalls,
+    NemotronToolcall,
+)
+from boundary.outputs.formats.xml_calls import MinimaxXml, Qwen3CoderXml
+from boundary.outputs.model import (
+    GeneratedOutput,
+    OutputStatus,
+    ParsedOutput,
+    Region,
+    RegionKind,
+    WrittenCall,
+)
+from boundary.outputs.reasoning import ThinkTags
+from boundary.protocol import AssistantMessage, Tool
+
+if TYPE_CHECKING:
+    from boundary.boundaries import Rendering
+    from boundary.family import Family, FamilySpec
+
+HARMONY = "harmony"
+SYNTAXES: dict[str, ToolCallSyntax] = {
+    s.name: s
+    for s in (
+        HermesJson(),
+        NemotronToolcall(),
+        KimiSections(),
+        DeepSeekV3(),
+        DeepSeekV3(name="deepseek_v3_1", between="", fenced=False),
+        MistralCalls(),
+        Qwen3CoderXml(),
+        MinimaxXml(),
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class OutputFormat:
+    """Everything needed to write or read one family variant's generated turns."""
+
+    think: ThinkTags | None
+    syntax: ToolCallSyntax | None
+    harmony: bool
+    stop_token: str
+    stop_tokens: tuple[str, ...]
+    before_stop: str
+    before_tool_calls: str
+    between_tool_calls: str
+    after_tool_calls: str
+
+
+_FORMATS: dict[tuple[int, str | None], tuple[FamilySpec, OutputFormat]] = {}
+
+
+def _format(spec: FamilySpec, variant: str | None) -> OutputFormat:
+    key = (id(spec), variant)
+    if key not in _FORMATS:
+        _FORMATS[key] = (spec, _build_format(spec, variant))  # the spec is kept, so its id stays unique
+    return _FORMATS[key][1]
+
+
+def _build_format(spec: FamilySpec, variant: str | None) -> OutputFormat:
+    chosen = next((v for v in spec.variants if v.name == variant), None)
+    out = (chosen.output if chosen and chosen.output else None) or spec.output
+    name = (chosen.tool_call_format if chosen else None) or spec.tool_call_format
+    if name is not None and name != HARMONY and name not in SYNTAXES:
+        raise TemplateLoadError(
+            f"unknown tool_call_format {name!r} (known: {', '.join(sorted([*SYNTAXES, HARMONY]))})",
+            location=f"{spec.name}.tool_call_format",
+        )
+    stop_tokens = tuple(spec.stop_tokens) or tuple(t for t in (spec.special_tokens.get("eos_token"),) if t)
+    stop = out.stop_token or (stop_tokens[0] if stop_tokens else "")
+    syntax = SYNTAXES.get(name) if name else None
+    think = (
+        ThinkTags.of(spec.reasoning_tags, out.reasoning_open, out.reasoning_close)
+        if spec.reasoning_tags
+        else None
+    )
+    return OutputFormat(
+        think=think,
+        syntax=syntax,
+        harmony=name == HARMONY,
+        stop_token=stop,
+        stop_tokens=tuple(sorted({*stop_tokens, stop} - {""}, key=len, reverse=True)),
+        before_stop=out.before_stop,
+        before_tool_calls=out.before_tool_calls
+        if out.before_tool_calls is not None
+        else getattr(syntax, "before", ""),
+        between_tool_calls=(
+            out.between_tool_calls if out.between_tool_calls is not None else getattr(syntax, "between", "")
+        ),
+        after_tool_calls=out.after_tool_calls
+        if out.after_tool_calls is not None
+        else getattr(syntax, "after", ""),
+    )
+
+
+def output_format(family: Family, variant: str | None = None) -> OutputFormat:
+    """The output format of ``family``'s ``variant`` (default: the family's default variant)."""
+    return _format(family.spec, variant or family.default_variant)
+
+
+def generation_suffix(prompt: Rendering) -> str:
+    """The generation-only text at the end of the prompt (what the model's turn starts with).
+
+    From U_end when the rendering has it; otherwise the text after the last turn-ending
+    control token is the best available guess of where the turn header starts.
+    """
+    if prompt.input_end.status is BoundaryStatus.FOUND and prompt.input_end.char is not None:
+        return prompt.text[prompt.input_end.char :]
+    return prompt.text[-64:]
+
+
+# -- writing --------------------------------------------------------------------------------
+
+_ASSISTANT = TypeAdapter(AssistantMessage)
+
+
+def _assistant(message: Mapping[str, Any] | BaseModel) -> AssistantMessage:
+    from boundary.protocol import _first_error  # one place turns validation errors into locations
+
+    if isinstance(message, AssistantMessage):
+        return message
+    raw = message.model_dump(exclude_unset=True) if isinstance(message, BaseModel) else message
+    if not isinstance(raw, Mapping):
+        raise RequestError(
+            f"expected an assistant message object, got {type(raw).__name__}", location="message"
+        )
+    if raw.get("role") != "assistant":
+        raise RequestError(f"expected role 'assistant', got {raw.get('role')!r}", location="message.role")
+    try:
+        return _ASSISTANT.validate_python(dict(raw))
+    except ValidationError as exc:
+        raise _first_error("message", exc, skip_tag=False) from None
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    return "".join(part.text for part in content)
+
+
+def format_output(
+    family: Family,
+    prompt: Rendering,
+    message: Mapping[str, Any] | BaseModel,
+    *,
+    variant: str | None = None,
+) -> GeneratedOutput:
+    """What the model emitted after ``prompt`` to produce assistant ``message``.
+
+    Reasoning is written only when the family has a reasoning format and the generation
+    prompt has not closed the think block; tool-call arguments are written as given (the JSON
+    text the model wrote, which is what the client received). Raises ``RequestError`` for a
+    message the format cannot express (tool calls in a family without a tool-call format).
+    """
+    msg = _assistant(message)
+    fmt = output_format(family, variant)
+    content = _text(msg.content)
+    calls = [WrittenCall(c.function.name, c.function.arguments_text(), c.id) for c in msg.tool_calls or ()]
+    if calls and fmt.syntax is None and not fmt.harmony:
+        raise RequestError(
+            f"{family.spec.display_name} has no tool-call format", location="message.tool_calls"
+        )
+    if fmt.harmony:
+        written = harmony.write(
+            msg.reasoning_content, content, calls, prefilled=prompt.text.endswith(harmony.START)
+        )
+        body, stop = written.body, written.stop_token
+    else:
+        body = ""
+        if fmt.think is not None:
+            state, prefilled = fmt.think.prefill(generation_suffix(prompt))
+            body = fmt.think.write(msg.reasoning_content, state, prefilled)
+        body += content
+        if calls:
+            assert fmt.syntax is not None
+            context = CallContext(prompt_text=prompt.text)
+            body += (fmt.before_tool_calls if content else "") + fmt.syntax.write(
+                calls, fmt.between_tool_calls, context
+            )
+            body += fmt.after_tool_calls
+        else:
+            body += fmt.before_stop
+        stop = fmt.stop_token
+    tok = family.tokenizer
+    stop_id = tok.token_to_id(stop) if stop else None
+    ids = tok.encode_ids(body) + ([stop_id] if stop_id is not None else tok.encode_ids(stop))
+    return GeneratedOutput(body + stop, ids, stop or None, stop_id)
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def parse_output(
+    family: Family,
+    generated: str | Sequence[int] | GeneratedOutput,
+    prompt: Rendering,
+    *,
+    tools: Sequence[Mapping[str, Any] | Tool] | None = None,
+    variant: str | None = None,
+) -> ParsedOutput:
+    """Read generated text (or committed token ids) back into an assistant message.
+
+    Never raises on bad output: a truncated or malformed turn comes back with its status
+    and ``problem``, and with whatever parts could be read. ``tools`` types XML parameters.
+    """
+    if isinstance(generated, GeneratedOutput):
+        text = generated.text
+    elif isinstance(generated, str):
+        text = generated
+    else:
+        text = family.tokenizer.decode(list(generated))
+    fmt = output_format(family, variant)
+    types = parameter_types([t.model_dump() if isinstance(t, BaseModel) else t for t in tools or ()])
+    context = CallContext(prompt_text=prompt.text, parameter_types=types)
+    if fmt.harmony:
+        return _parse_harmony(text, prompt)
+    stop = next((s for s in fmt.stop_tokens if text.endswith(s)), None)
+    body = text[: len(text) - len(stop)] if stop else text
+    regions: list[Region] = []
+    reasoning: str | None = None
+    start = 0
+    problem: str | None = None
+    unclosed = False
+    prefill = ""
+    if fmt.think is not None:
+        state, prefill = fmt.think.prefill(generation_suffix(prompt))
+        read = fmt.think.read(body, state, prefill)
+        reasoning, start, problem = read.reasoning or None, read.content_start, read.problem
+        unclosed = problem is not None
+        if start:
+            regions.append(Region(RegionKind.REASONING, 0, start))
+    calls: list[ReadCall] = []
+    calls_at = body.find(fmt.syntax.start, start) if fmt.syntax is not None and problem is None else -1
+    if calls_at >= 0:
+        assert fmt.syntax is not None
+        content_end = calls_at
+        if fmt.before_tool_calls and body.endswith(fmt.before_tool_calls, start, calls_at):
+            content_end -= len(fmt.before_tool_calls)
+        got = fmt.syntax.read(body[calls_at:], context)
+        calls = [_shift(c, calls_at) for c in got.calls]
+        problem, unclosed = got.problem, got.unclosed
+        tail = body[calls_at + got.end :]
+        if problem is None and tail.strip():
+            problem = f"text after the tool calls: {tail.strip()[:40]!r}"
+        for i, c in enumerate(calls):
+            regions += [
+                Region(RegionKind.TOOL_CALL, c.start, c.end, i),
+                Region(RegionKind.ARGUMENTS, c.args_start, c.args_end, i),
+            ]
+    else:
+        content_end = len(body)
+        if fmt.before_stop and body.endswith(fmt.before_stop, start):
+            content_end -= len(fmt.before_stop)
+    content = body[start:content_end] if problem is None or calls_at >= 0 else body[start:]
+    if content:
+        regions.append(Region(RegionKind.CONTENT, start, start + len(content)))
+    if stop:
+        regions.append(Region(RegionKind.STOP, len(body), len(text)))
+    message = _message(content, reasoning, calls, text)
+    return ParsedOutput(
+        _status(stop, problem, unclosed),
+        message,
+        text,
+        stop,
+        tuple(sorted(regions, key=_order)),
+        _problem(stop, problem),
+        prefill,
+    )
+
+
+def _parse_harmony(text: str, prompt: Rendering) -> ParsedOutput:
+    prefilled = prompt.text.endswith(harmony.START)
+    got = harmony.read(text, prefilled=prefilled)
+    message = _message(got.content or "", got.reasoning, got.calls, text)
+    return ParsedOutput(
+        _status(got.stop_token, got.problem, got.unclosed),
+        message,
+        text,
+        got.stop_token,
+        tuple(sorted(got.regions, key=_order)),
+        _problem(got.stop_token, got.problem),
+        harmony.START if prefilled else "",
+    )
+
+
+def _shift(call: ReadCall, by: int) -> ReadCall:
+    return ReadCall(
+        call.name,
+        call.arguments,
+        call.call_id,
+        call.start + by,
+        call.end + by,
+        call.args_start + by,
+        call.args_end + by,
+    )
+
+
+def _order(region: Region) -> tuple[int, int]:
+    return region.start, -region.end
+
+
+def _status(stop: str | None, problem: str | None, unclosed: bool) -> OutputStatus:
+    if problem is not None and not (unclosed and stop is None):
+        return OutputStatus.MALFORMED
+    return OutputStatus.COMPLETE if stop is not None and problem is None else OutputStatus.TRUNCATED
+
+
+def _problem(stop: str | None, problem: str | None) -> str | None:
+    if stop is None:
+        return (
+            f"no stop token: the turn was cut off ({problem})"
+            if problem
+            else "no stop token: the turn was cut off"
+        )
+    return problem
+
+
+def _message(content: str, reasoning: str | None, calls: list[ReadCall], text: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": content or (None if calls else "")}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    if calls:
+        digest = hashlib.sha256(text.encode()).hexdigest()[:8]
+        message["tool_calls"] = [
+            {
+                "id": c.call_id or f"call_{digest}_{i}",
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},
+            }
+            for i, c in enumerate(calls)
+        ]
+    return message

@@ -1,0 +1,1 @@
+"""Tool-call syntaxes, one module per family of syntax (JSON arguments, XML parameters)."""

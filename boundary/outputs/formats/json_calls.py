@@ -1,0 +1,291 @@
+"""Tool-call syntaxes whose arguments are a JSON object written inline.
+
+- hermes_json (Qwen3, Qwen3-Next, Granite 4.0):
+  ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``
+- nemotron_toolcall (Nemotron Nano v2): ``<TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>``
+- kimi_sections (Kimi): ``<|tool_calls_section_begin|>`` then per call
+  ``<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{...}<|tool_call_end|>``
+- deepseek_v3: ``<｜tool▁calls▁begin｜>`` then per call
+  ``<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜>``
+- deepseek_v3_1: per call ``<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>``
+- mistral: ``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`` per call.
+
+Arguments are written exactly as given and read back as the exact text between the
+syntax's delimiters (checked to be one JSON object).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from boundary.outputs.arguments import JSONTextError, array_items, object_members
+from boundary.outputs.formats.base import CallContext, CallsRead, ReadCall
+from boundary.outputs.model import WrittenCall
+
+_WS = " \t\n\r"
+
+
+def _skip(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in _WS:
+        pos += 1
+    return pos
+
+
+def _object_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span of the one JSON object in ``text[start:end]`` (whitespace around it allowed)."""
+    a = _skip(text, start)
+    _, b = object_members(text[:end], a)
+    if text[b:end].strip(_WS):
+        raise JSONTextError("text after the JSON object", b)
+    return a, b
+
+
+def _name_and_arguments(text: str, start: int, index: int) -> tuple[str, int, int, int] | str:
+    """``{"name": ..., "arguments": {...}}`` at ``start``: name, arguments span, end; or a problem."""
+    try:
+        members, end = object_members(text, start)
+    except JSONTextError as exc:
+        return f"tool call {index}: not a JSON object ({exc})"
+    by_key = {m.key: m for m in members}
+    name = by_key.get("name")
+    args = by_key.get("arguments", by_key.get("parameters"))
+    if name is None or not isinstance(name.value, str) or not name.value:
+        return f"tool call {index}: no function name"
+    if args is None or not isinstance(args.value, dict):
+        return f"tool call {index}: arguments are not a JSON object"
+    return name.value, args.start, args.end, end
+
+
+@dataclass(frozen=True, slots=True)
+class HermesJson:
+    name: str = "hermes_json"
+    start: str = "<tool_call>"
+    before: str = "\n"
+    between: str = "\n"
+    after: str = ""
+    close: str = "</tool_call>"
+
+    def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
+        return between.join(
+            f'{self.start}\n{{"name": "{c.name}", "arguments": {c.arguments}}}\n{self.close}' for c in calls
+        )
+
+    def read(self, block: str, context: CallContext) -> CallsRead:
+        calls: list[ReadCall] = []
+        pos = 0
+        while (at := _skip(block, pos)) < len(block):
+            if not block.startswith(self.start, at):
+                return CallsRead(
+                    calls, pos, f"unexpected text after tool call {len(calls) - 1}: {block[at : at + 40]!r}"
+                )
+            close = block.find(self.close, at)
+            if close < 0:
+                return CallsRead(calls, pos, f"tool call {len(calls)} is never closed", unclosed=True)
+            found = _name_and_arguments(block[:close], at + len(self.start), len(calls))
+            if isinstance(found, str):
+                return CallsRead(calls, pos, found)
+            name, a, b, end = found
+            if _skip(block, end) != close:
+                return CallsRead(calls, pos, f"tool call {len(calls)}: text after the JSON object")
+            pos = close + len(self.close)
+            calls.append(ReadCall(name, block[a:b], None, at, pos, a, b))
+        return CallsRead(calls, pos)
+
+
+@dataclass(frozen=True, slots=True)
+class NemotronToolcall:
+    name: str = "nemotron_toolcall"
+    start: str = "<TOOLCALL>"
+    before: str = "\n\n"
+    between: str = ", "
+    after: str = ""
+    close: str = "</TOOLCALL>"
+
+    def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
+        items = between.join(f'{{"name": "{c.name}", "arguments": {c.arguments}}}' for c in calls)
+        return f"{self.start}[{items}]{self.close}"
+
+    def read(self, block: str, context: CallContext) -> CallsRead:
+        close = block.find(self.close)
+        if close < 0:
+            return CallsRead([], 0, "the tool-call list is never closed", unclosed=True)
+        try:
+            items, end = array_items(block[:close], len(self.start))
+        except JSONTextError as exc:
+            return CallsRead([], 0, f"the tool-call list is not a JSON array ({exc})")
+        if _skip(block, end) != close:
+            return CallsRead([], 0, "text after the tool-call list")
+        calls = []
+        for i, (a, b) in enumerate(items):
+            found = _name_and_arguments(block[:b], a, i)
+            if isinstance(found, str):
+                return CallsRead(calls, 0, found)
+            name, args_a, args_b, _ = found
+            calls.append(ReadCall(name, block[args_a:args_b], None, a, b, args_a, args_b))
+        return CallsRead(calls, close + len(self.close))
+
+
+_KIMI_ID = re.compile(r"^functions\.(?P<name>.+):(?P<n>\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class KimiSections:
+    name: str = "kimi_sections"
+    start: str = "<|tool_calls_section_begin|>"
+    before: str = ""
+    between: str = ""
+    after: str = ""
+    close: str = "<|tool_calls_section_end|>"
+    call_open: str = "<|tool_call_begin|>"
+    args_open: str = "<|tool_call_argument_begin|>"
+    call_close: str = "<|tool_call_end|>"
+
+    def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
+        first = context.prompt_text.count(self.call_open)  # Kimi numbers calls across the conversation
+        parts = []
+        for i, c in enumerate(calls):
+            call_id = (
+                c.call_id if c.call_id and _KIMI_ID.match(c.call_id) else f"functions.{c.name}:{first + i}"
+            )
+            parts.append(f"{self.call_open}{call_id}{self.args_open}{c.arguments}{self.call_close}")
+        return self.start + between.join(parts) + self.close
+
+    def read(self, block: str, context: CallContext) -> CallsRead:
+        calls: list[ReadCall] = []
+        pos = len(self.start)
+        while True:
+            at = _skip(block, pos)
+            if block.startswith(self.close, at):
+                return CallsRead(calls, at + len(self.close))
+            if at >= len(block):
+                return CallsRead(calls, pos, "the tool-call section is never closed", unclosed=True)
+            if not block.startswith(self.call_open, at):
+                return CallsRead(
+                    calls, pos, f"unexpected text in the tool-call section: {block[at : at + 40]!r}"
+                )
+            sep = block.find(self.args_open, at)
+            close = block.find(self.call_close, at)
+            if sep < 0 or close < 0 or close < sep:
+                return CallsRead(calls, pos, f"tool call {len(calls)} is never closed", unclosed=True)
+            call_id = block[at + len(self.call_open) : sep].strip()
+            m = _KIMI_ID.match(call_id)
+            name = m.group("name") if m else call_id.split(":")[0].removeprefix("functions.")
+            try:
+                a, b = _object_span(block, sep + len(self.args_open), close)
+            except JSONTextError as exc:
+                return CallsRead(
+                    calls, pos, f"tool call {len(calls)}: arguments are not a JSON object ({exc})"
+                )
+            pos = close + len(self.call_close)
+            calls.append(ReadCall(name, block[a:b], call_id, at, pos, a, b))
+
+
+@dataclass(frozen=True, slots=True)
+class DeepSeekV3:
+    """V3 writes the call type and a fenced JSON block; V3.1 the name and bare JSON."""
+
+    name: str = "deepseek_v3"
+    start: str = "<｜tool▁calls▁begin｜>"
+    before: str = ""
+    between: str = "\n"
+    after: str = ""
+    close: str = "<｜tool▁calls▁end｜>"
+    call_open: str = "<｜tool▁call▁begin｜>"
+    sep: str = "<｜tool▁sep｜>"
+    call_close: str = "<｜tool▁call▁end｜>"
+    fenced: bool = True
+
+    def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
+        if self.fenced:
+            parts = [
+                f"{self.call_open}function{self.sep}{c.name}\n```json\n{c.arguments}\n```{self.call_close}"
+                for c in calls
+            ]
+        else:
+            parts = [f"{self.call_open}{c.name}{self.sep}{c.arguments}{self.call_close}" for c in calls]
+        return self.start + between.join(parts) + self.close
+
+    def read(self, block: str, context: CallContext) -> CallsRead:
+        calls: list[ReadCall] = []
+        pos = len(self.start)
+        while True:
+            at = _skip(block, pos)
+            if block.startswith(self.close, at):
+                return CallsRead(calls, at + len(self.close))
+            if at >= len(block):
+                return CallsRead(calls, pos, "the tool-call list is never closed", unclosed=True)
+            if not block.startswith(self.call_open, at):
+                return CallsRead(
+                    calls, pos, f"unexpected text in the tool-call list: {block[at : at + 40]!r}"
+                )
+            sep = block.find(self.sep, at)
+            close = block.find(self.call_close, at)
+            if sep < 0 or close < 0 or close < sep:
+                return CallsRead(calls, pos, f"tool call {len(calls)} is never closed", unclosed=True)
+            head_end = sep + len(self.sep)
+            if self.fenced:
+                newline = block.find("\n", head_end, close)
+                name = block[head_end : newline if newline >= 0 else close].strip()
+                body = block[newline + 1 if newline >= 0 else close : close]
+                fence = re.fullmatch(r"\s*```(?:json)?\n?(.*?)\n?```\s*", body, re.DOTALL)
+                if newline < 0 or fence is None:
+                    return CallsRead(
+                        calls, pos, f"tool call {len(calls)}: arguments are not in a ```json block"
+                    )
+                span = (newline + 1 + fence.start(1), newline + 1 + fence.end(1))
+            else:
+                name = block[at + len(self.call_open) : sep].strip()
+                span = (head_end, close)
+            try:
+                a, b = _object_span(block, *span)
+            except JSONTextError as exc:
+                return CallsRead(
+                    calls, pos, f"tool call {len(calls)}: arguments are not a JSON object ({exc})"
+                )
+            pos = close + len(self.call_close)
+            calls.append(ReadCall(name, block[a:b], None, at, pos, a, b))
+
+
+_MISTRAL_ID = re.compile(r"^[A-Za-z0-9]{9}$")
+
+
+@dataclass(frozen=True, slots=True)
+class MistralCalls:
+    name: str = "mistral"
+    start: str = "[TOOL_CALLS]"
+    before: str = ""
+    between: str = ""
+    after: str = ""
+
+    def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
+        return between.join(
+            f"{self.start}{c.name}[CALL_ID]{_mistral_id(c, i)}[ARGS]{c.arguments}"
+            for i, c in enumerate(calls)
+        )
+
+    def read(self, block: str, context: CallContext) -> CallsRead:
+        calls: list[ReadCall] = []
+        starts = [m.start() for m in re.finditer(re.escape(self.start), block)]
+        for i, at in enumerate(starts):
+            end = starts[i + 1] if i + 1 < len(starts) else len(block)
+            args_at = block.find("[ARGS]", at, end)
+            if args_at < 0:
+                return CallsRead(calls, at, f"tool call {i} has no [ARGS]", unclosed=True)
+            head = block[at + len(self.start) : args_at]
+            name, _, call_id = head.partition("[CALL_ID]")
+            try:
+                a, b = _object_span(block, args_at + len("[ARGS]"), len(block[:end].rstrip(_WS)))
+            except JSONTextError as exc:
+                return CallsRead(calls, at, f"tool call {i}: arguments are not a JSON object ({exc})")
+            calls.append(ReadCall(name.strip(), block[a:b], call_id.strip() or None, at, b, a, b))
+        return CallsRead(calls, calls[-1].end if calls else 0)
+
+
+def _mistral_id(call: WrittenCall, index: int) -> str:
+    """The call's id when it is one Mistral accepts (9 alphanumerics), else a stable one."""
+    if call.call_id and _MISTRAL_ID.match(call.call_id):
+        return call.call_id
+    return hashlib.sha256(f"{index}:{call.name}:{call.arguments}".encode()).hexdigest()[:9]

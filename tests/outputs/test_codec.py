@@ -1,0 +1,192 @@
+"""format_output / parse_output over every shipped family variant and fixture conversation.
+
+Families without an offline vocabulary (Nemotron, Granite, Kimi, MiniMax, Zamba2, gpt-oss,
+Mistral) run on their labelled stand-in tokenizer (``fam.tokenizer.stand_in``: Qwen3 BPE plus
+the family's control tokens as single tokens); token ids there are not the real model's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import boundary
+from boundary.errors import RequestError
+from boundary.outputs import OutputStatus, RegionKind, format_output, output_format, parse_output
+from tests.support import FIXED_NOW, family, fixture_cases, shipped_variants
+
+
+def _turns():
+    for name, variant in shipped_variants():
+        for case in fixture_cases():
+            for i, m in enumerate(case["messages"]):
+                if m["role"] == "assistant":
+                    yield pytest.param(name, variant, case, i, id=f"{name}-{variant}-{case['name']}-{i}")
+
+
+def _normal(message: dict, *, reasoning: bool) -> dict:
+    out = {"content": message.get("content") or ""}
+    if reasoning and message.get("reasoning_content"):
+        out["reasoning_content"] = message["reasoning_content"]
+    out["calls"] = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
+                    for c in message.get("tool_calls") or ()]
+    return out
+
+
+@pytest.mark.parametrize(("name", "variant", "case", "index"), list(_turns()))
+def test_a_formatted_turn_parses_back_to_the_message_it_was_written_from(name, variant, case, index):
+    fam = family(name, variant)
+    messages, tools = case["messages"], case.get("tools")
+    prompt = fam.render(messages[:index], tools=tools, variant=variant, now=FIXED_NOW)
+    message = messages[index]
+    fmt = output_format(fam, variant)
+    if message.get("tool_calls") and fmt.syntax is None and not fmt.harmony:
+        with pytest.raises(RequestError, match="message.tool_calls"):
+            format_output(fam, prompt, message, variant=variant)
+        return
+    if fmt.harmony and len(message.get("tool_calls") or ()) > 1:
+        with pytest.raises(RequestError, match="one call per generated turn"):
+            format_output(fam, prompt, message, variant=variant)
+        return
+    out = format_output(fam, prompt, message, variant=variant)
+    assert out.text.endswith(out.stop_token)
+    assert out.token_ids[-1] == fam.tokenizer.token_to_id(out.stop_token)
+    assert fam.tokenizer.decode(out.token_ids) == out.text
+    parsed = parse_output(fam, out.token_ids, prompt, tools=tools, variant=variant)
+    assert parsed.status is OutputStatus.COMPLETE, parsed.problem
+    assert parsed.stop_token == out.stop_token
+    writes_reasoning = fmt.harmony or (fmt.think is not None and not out.text.startswith(fmt.think.close_tag)
+                                       and "</think>" not in prompt.text[prompt.input_end.char:])
+    assert _normal(parsed.message, reasoning=writes_reasoning) == _normal(message, reasoning=writes_reasoning)
+
+
+def test_qwen3_5_writes_reasoning_after_the_prefilled_think_and_closes_it_as_its_template_does():
+    fam = family("qwen3_5")
+    prompt = fam.render([{"role": "user", "content": "Is 221 prime?"}])
+    assert prompt.text.endswith("<|im_start|>assistant\n<think>\n")
+    out = format_output(fam, prompt, {"role": "assistant", "reasoning_content": "13*17.", "content": "No."})
+    assert out.text == "13*17.\n</think>\n\nNo.<|im_end|>"
+    parsed = parse_output(fam, out.text, prompt)
+    assert parsed.message == {"role": "assistant", "content": "No.", "reasoning_content": "13*17."}
+    assert parsed.prefill == "<think>\n"
+    assert [r.kind for r in parsed.regions] == [RegionKind.REASONING, RegionKind.CONTENT, RegionKind.STOP]
+
+
+def test_with_thinking_off_the_prefilled_empty_block_leaves_only_the_answer():
+    fam = family("qwen3_5")
+    prompt = fam.render([{"role": "user", "content": "Hi"}], enable_thinking=False)
+    out = format_output(fam, prompt, {"role": "assistant", "reasoning_content": "unused", "content": "Hello."})
+    assert out.text == "Hello.<|im_end|>"
+    assert parse_output(fam, out.token_ids, prompt).message == {"role": "assistant", "content": "Hello."}
+
+
+def test_qwen3_opens_its_own_think_block_when_the_prompt_does_not():
+    fam = family("qwen3")
+    prompt = fam.render([{"role": "user", "content": "Hi"}])
+    out = format_output(fam, prompt, {"role": "assistant", "reasoning_content": "greet", "content": "Hello."})
+    assert out.text == "<think>\ngreet\n</think>\n\nHello.<|im_end|>"
+
+
+def test_tool_call_arguments_are_written_exactly_as_given():
+    fam = family("qwen3")
+    prompt = fam.render([{"role": "user", "content": "Weather?"}])
+    args = '{"city":"Oslo",  "days":[1,2]}'
+    out = format_output(fam, prompt, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": args}}]})
+    assert out.text == f'<tool_call>\n{{"name": "get_weather", "arguments": {args}}}\n</tool_call><|im_end|>'
+    parsed = parse_output(fam, out.text, prompt)
+    assert parsed.tool_calls[0]["function"]["arguments"] == args
+    arguments = next(r for r in parsed.regions if r.kind is RegionKind.ARGUMENTS)
+    assert parsed.text[arguments.start:arguments.end] == args
+
+
+def test_xml_parameters_are_typed_by_the_tool_schema_and_left_as_strings_without_one():
+    fam = family("qwen3_5")
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
+        "n": {"type": "integer"}, "ok": {"type": "boolean"}, "tags": {"type": "array"}, "s": {"type": "string"}}}}}]
+    prompt = fam.render([{"role": "user", "content": "go"}], tools=tools)
+    text = ("\n</think>\n\n<tool_call>\n<function=f>\n<parameter=n>\n3\n</parameter>\n<parameter=ok>\ntrue\n"
+            "</parameter>\n<parameter=tags>\n[1,2]\n</parameter>\n<parameter=s>\n007\n</parameter>\n</function>\n"
+            "</tool_call><|im_end|>")
+    typed = parse_output(fam, text, prompt, tools=tools)
+    assert json.loads(typed.tool_calls[0]["function"]["arguments"]) == {"n": 3, "ok": True, "tags": [1, 2], "s": "007"}
+    untyped = parse_output(fam, text, prompt)
+    assert json.loads(untyped.tool_calls[0]["function"]["arguments"]) == {
+        "n": "3", "ok": "true", "tags": "[1,2]", "s": "007"}
+
+
+def test_an_output_cut_off_inside_a_tool_call_is_truncated_not_an_exception():
+    fam = family("qwen3")
+    prompt = fam.render([{"role": "user", "content": "Weather?"}])
+    parsed = parse_output(fam, '<tool_call>\n{"name": "get_weather", "argum', prompt)
+    assert parsed.status is OutputStatus.TRUNCATED
+    assert "cut off" in parsed.problem and "never closed" in parsed.problem
+
+
+def test_bad_tool_call_json_before_the_stop_token_is_malformed_with_its_reason():
+    fam = family("qwen3")
+    prompt = fam.render([{"role": "user", "content": "Weather?"}])
+    parsed = parse_output(fam, '<tool_call>\n{"name": "get_weather", "arguments": {city}}\n</tool_call><|im_end|>',
+                          prompt)
+    assert parsed.status is OutputStatus.MALFORMED
+    assert parsed.problem.startswith("tool call 0: not a JSON object")
+    assert parsed.tool_calls == []
+
+
+def test_reasoning_that_never_closes_before_the_stop_is_malformed():
+    fam = family("qwen3_5")
+    prompt = fam.render([{"role": "user", "content": "Hi"}])
+    parsed = parse_output(fam, "thinking forever<|im_end|>", prompt)
+    assert parsed.status is OutputStatus.MALFORMED
+    assert parsed.reasoning == "thinking forever"
+    assert "never closed" in parsed.problem
+
+
+def test_gpt_oss_writes_analysis_then_a_commentary_call_ending_in_call():
+    fam = family("gpt_oss")
+    prompt = fam.render([{"role": "user", "content": "Weather?"}], now=FIXED_NOW)
+    out = format_output(fam, prompt, {"role": "assistant", "reasoning_content": "Need weather.", "tool_calls": [
+        {"id": "x", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]})
+    assert out.text == ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+                        'to=functions.get_weather <|constrain|>json<|message|>{"city":"Oslo"}<|call|>')
+    parsed = parse_output(fam, out.token_ids, prompt)
+    assert parsed.ok and parsed.reasoning == "Need weather."
+    assert parsed.tool_calls[0]["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
+
+
+def test_gpt_oss_reads_the_header_order_its_template_writes():
+    fam = family("gpt_oss")
+    prompt = fam.render([{"role": "user", "content": "Weather?"}], now=FIXED_NOW)
+    parsed = parse_output(fam, ' to=functions.f<|channel|>commentary json<|message|>{"a": 1}<|call|>', prompt)
+    assert parsed.ok and parsed.tool_calls[0]["function"]["name"] == "f"
+
+
+def test_kimi_numbers_tool_call_ids_across_the_conversation():
+    fam = family("kimi_linear")
+    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "tool_calls": [
+        {"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "functions.f:0", "content": "ok"}]
+    prompt = fam.render(history)
+    out = format_output(fam, prompt, {"role": "assistant", "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "g", "arguments": "{}"}}]})
+    assert "<|tool_call_begin|>functions.g:1<|tool_call_argument_begin|>{}" in out.text
+    assert parse_output(fam, out.text, prompt).tool_calls[0]["id"] == "functions.g:1"
+
+
+def test_a_message_that_is_not_an_assistant_turn_is_a_request_error():
+    fam = family("qwen3")
+    prompt = fam.render([{"role": "user", "content": "a"}])
+    with pytest.raises(RequestError, match="message.role"):
+        format_output(fam, prompt, {"role": "user", "content": "b"})
+    with pytest.raises(RequestError, match=r"message.tool_calls\[0\].function.arguments"):
+        format_output(fam, prompt, {"role": "assistant", "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "[1]"}}]})
+
+
+def test_generated_ids_end_in_the_stop_token_as_one_id():
+    fam = boundary.load_family("qwen3_5")
+    prompt = fam.render([{"role": "user", "content": "a"}], enable_thinking=False)
+    out = format_output(fam, prompt, {"role": "assistant", "content": "b"})
+    assert out.token_ids == fam.tokenizer.encode_ids("b") + [fam.tokenizer.token_to_id("<|im_end|>")]
+    assert out.body == "b"
