@@ -1,0 +1,26 @@
+"""boundary's checkpoints in vLLM 0.33.0's align-mode prefix cache.
+
+Frontend side (no vLLM needed): ``chat_request`` renders with boundary and builds the
+OpenAI-compatible chat body that sends vLLM exactly those tokens
+(``kv_transfer_params["prompt_token_ids"]``) plus the U_end / P_end hints (``vllm_xargs``).
+
+Engine side (``--scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler``): see
+``boundary_vllm.scheduler``. It extends non-public vLLM classes, so importing this package
+with any vLLM other than the pinned version fails here, with the reason.
+"""
+
+from boundary_vllm.client import ChatRequest, chat_request, post_chat
+from boundary_vllm.hints import INPUT_END_KEY, PROMPT_END_KEY
+from boundary_vllm.pin import VLLM_VERSION, VllmVersionError, check_vllm, installed_vllm
+
+check_vllm(installed_vllm(), required=False)
+
+__all__ = [
+    "INPUT_END_KEY",
+    "PROMPT_END_KEY",
+    "VLLM_VERSION",
+    "ChatRequest",
+    "VllmVersionError",
+    "chat_request",
+    "post_chat",
+]

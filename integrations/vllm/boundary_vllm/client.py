@@ -1,0 +1,78 @@
+"""The frontend side: render with boundary, send vLLM exactly those tokens and their boundaries.
+
+    fam = boundary.load_family("qwen3_5")
+    req = chat_request(fam, messages, model="Qwen/Qwen3.5-4B", template_kwargs={"enable_thinking": True})
+    reply = post_chat("http://localhost:8000", req)
+
+The body is an ordinary ``/v1/chat/completions`` request. ``kv_transfer_params.prompt_token_ids``
+makes vLLM skip its own templating and tokenization but still run its reasoning and tool-call
+parsers on the output (the messages, tools and ``chat_template_kwargs`` are sent for them);
+``vllm_xargs`` carries U_end and P_end to the scheduler. Nothing here imports vLLM.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from boundary.boundaries import Rendering
+from boundary.family import Family
+from boundary_vllm.hints import encode_hints
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    """A chat-completions body and the rendering its tokens and hints came from."""
+
+    body: dict[str, Any]
+    rendering: Rendering
+
+
+def chat_request(
+    family: Family,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    *,
+    model: str,
+    variant: str | None = None,
+    template_kwargs: Mapping[str, Any] | None = None,
+    **params: Any,
+) -> ChatRequest:
+    """Render ``messages`` once and build the request. ``params`` are further body fields
+    (``max_tokens``, ``temperature``, ``stream``...)."""
+    kwargs = dict(template_kwargs or {})
+    rendering = family.render(messages, tools, add_generation_prompt=True, variant=variant, **kwargs)
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": [dict(m) for m in messages],
+        "kv_transfer_params": {"prompt_token_ids": list(rendering.token_ids)},
+        **params,
+    }
+    hints = encode_hints(rendering.u_end, rendering.p_end)
+    if hints:
+        body["vllm_xargs"] = {**body.get("vllm_xargs", {}), **hints}
+    if tools:
+        body["tools"] = [dict(t) for t in tools]
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
+    return ChatRequest(body, rendering)
+
+
+def post_chat(
+    base_url: str, request: ChatRequest, *, timeout: float = 600.0, api_key: str | None = None
+) -> Any:
+    """POST the body to ``{base_url}/v1/chat/completions`` and return the decoded JSON reply."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    http_request = urllib.request.Request(
+        base_url.rstrip("/") + "/v1/chat/completions",
+        data=json.dumps(request.body).encode("utf-8"),
+        headers=headers,
+        method="POST",
+    )
+    with urllib.request.urlopen(http_request, timeout=timeout) as response:
+        return json.load(response)

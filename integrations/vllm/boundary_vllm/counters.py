@@ -1,0 +1,136 @@
+"""What the integration did, counted: checkpoints created and the bytes they hold, hits by the
+kind of checkpoint that served them, prefill chunks split early, and hint outcomes.
+
+``CheckpointCounters`` is plain data (tests read it directly). ``PrometheusExport`` mirrors it
+into ``prometheus_client`` metrics in the engine process: they reach vLLM's ``/metrics`` when
+``PROMETHEUS_MULTIPROC_DIR`` is set for the server (the engine process inherits it), or a
+separate endpoint with ``metrics_port``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from boundary.checkpoints import CheckpointKind
+
+MISS = "miss"  # a lookup that reused nothing
+UNTRACKED = "untracked"  # a hit on a state whose origin was not recorded (ledger overflow, reset)
+
+
+@dataclass(slots=True)
+class CheckpointCounters:
+    """Monotonic counts since the scheduler started; ``retained_bytes`` is the current holding."""
+
+    created: Counter[str] = field(default_factory=Counter)  # kind -> checkpoints created
+    created_bytes: Counter[str] = field(default_factory=Counter)  # kind -> bytes of state retained
+    hits: Counter[str] = field(default_factory=Counter)  # kind | MISS | UNTRACKED -> admissions
+    hit_tokens: Counter[str] = field(default_factory=Counter)  # kind -> prompt tokens served from cache
+    forced_splits: int = 0  # prefill chunks ended early so a U_end state exists
+    hints: Counter[str] = field(default_factory=Counter)  # HintStatus / "derived" -> requests
+    retained_bytes: dict[str, int] = field(default_factory=dict)  # kind -> bytes held right now
+
+    def record_created(self, kind: CheckpointKind, num_bytes: int, *, new_checkpoint: bool) -> None:
+        if new_checkpoint:
+            self.created[kind.value] += 1
+        self.created_bytes[kind.value] += num_bytes
+
+    def record_hit(self, kind: CheckpointKind | str, num_tokens: int) -> None:
+        label = kind.value if isinstance(kind, CheckpointKind) else kind
+        self.hits[label] += 1
+        self.hit_tokens[label] += num_tokens
+
+    def snapshot(self) -> CheckpointCounters:
+        return CheckpointCounters(
+            Counter(self.created),
+            Counter(self.created_bytes),
+            Counter(self.hits),
+            Counter(self.hit_tokens),
+            self.forced_splits,
+            Counter(self.hints),
+            dict(self.retained_bytes),
+        )
+
+    def summary(self) -> str:
+        def fmt(c: Counter[str] | dict[str, int]) -> str:
+            return ", ".join(f"{k}={v}" for k, v in sorted(c.items())) or "none"
+
+        return (
+            f"checkpoints created: {fmt(self.created)}; hits: {fmt(self.hits)}; "
+            f"forced splits: {self.forced_splits}; retained bytes: {fmt(self.retained_bytes)}; "
+            f"hints: {fmt(self.hints)}"
+        )
+
+
+class PrometheusExport:
+    """Counter/gauge mirrors of ``CheckpointCounters``."""
+
+    def __init__(self, registry: Any = None) -> None:
+        from prometheus_client import REGISTRY, Gauge
+        from prometheus_client import Counter as PCounter
+
+        registry = REGISTRY if registry is None else registry
+        self._created = PCounter(
+            "boundary_checkpoints_created",
+            "Recurrent-state checkpoints created, by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self._created_bytes = PCounter(
+            "boundary_checkpoint_bytes_retained",
+            "Bytes of recurrent state retained at creation, by kind",
+            ["kind"],
+            registry=registry,
+        )
+        self._hits = PCounter(
+            "boundary_prefix_hits",
+            "Prefix-cache admissions by the checkpoint kind that served them",
+            ["kind"],
+            registry=registry,
+        )
+        self._hit_tokens = PCounter(
+            "boundary_prefix_hit_tokens",
+            "Prompt tokens served from cache, by checkpoint kind",
+            ["kind"],
+            registry=registry,
+        )
+        self._splits = PCounter(
+            "boundary_forced_splits", "Prefill chunks ended early at a U_end checkpoint", registry=registry
+        )
+        self._hints = PCounter(
+            "boundary_requests", "Requests by checkpoint-hint outcome", ["hints"], registry=registry
+        )
+        self._retained = Gauge(
+            "boundary_retained_bytes",
+            "Bytes of recurrent state currently held, by kind",
+            ["kind"],
+            registry=registry,
+            multiprocess_mode="livesum",
+        )
+        self._decode_end = Gauge(
+            "boundary_decode_end_consumable",
+            "1 when a decode-end state can serve a later prefill",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
+
+    def add(
+        self, now: CheckpointCounters, before: CheckpointCounters, *, decode_end_consumable: bool
+    ) -> None:
+        """Export what changed between two snapshots of one scheduler's counters."""
+        for metric, new, old in (
+            (self._created, now.created, before.created),
+            (self._created_bytes, now.created_bytes, before.created_bytes),
+            (self._hits, now.hits, before.hits),
+            (self._hit_tokens, now.hit_tokens, before.hit_tokens),
+            (self._hints, now.hints, before.hints),
+        ):
+            for label, value in new.items():
+                if value > old.get(label, 0):
+                    metric.labels(label).inc(value - old.get(label, 0))
+        if now.forced_splits > before.forced_splits:
+            self._splits.inc(now.forced_splits - before.forced_splits)
+        for label, value in now.retained_bytes.items():
+            self._retained.labels(label).set(value)
+        self._decode_end.set(1 if decode_end_consumable else 0)

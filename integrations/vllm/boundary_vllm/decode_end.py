@@ -1,0 +1,64 @@
+"""D_end on the engine side: where a finished request's committed tokens end, and whether a
+state kept there can ever serve a later prefill on this engine.
+
+D_end excludes trailing stop tokens (the template re-renders the turn's end itself) and any
+draft tokens (vLLM appends only verified tokens to ``output_token_ids``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+def committed_end(
+    num_prompt_tokens: int, output_token_ids: Sequence[int], stop_token_ids: Collection[int]
+) -> int:
+    """The token position just past the last generated token that is not a trailing stop token."""
+    end = len(output_token_ids)
+    while end > 0 and output_token_ids[end - 1] in stop_token_ids:
+        end -= 1
+    return num_prompt_tokens + end
+
+
+class Consumability(StrEnum):
+    CONSUMABLE = "consumable"
+    NON_CONSUMABLE = "non_consumable"
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeEndAvailability:
+    status: Consumability
+    reason: str
+
+    @property
+    def consumable(self) -> bool:
+        return self.status is Consumability.CONSUMABLE
+
+
+def decode_end_availability(kv_transfer_config: Any, *, decode_to_prefill: bool) -> DecodeEndAvailability:
+    """Decode-end states live where decode ran; they help only if the next prefill runs there too
+    (or a KV path carries them back). ``kv_transfer_config`` is vLLM's ``KVTransferConfig`` or None."""
+    if kv_transfer_config is None or not kv_transfer_config.is_kv_transfer_instance:
+        return DecodeEndAvailability(Consumability.CONSUMABLE, "prefill and decode run on this engine")
+    role = kv_transfer_config.kv_role
+    if role == "kv_both":
+        return DecodeEndAvailability(
+            Consumability.CONSUMABLE, "kv_both: this engine both prefills and decodes"
+        )
+    if decode_to_prefill:
+        return DecodeEndAvailability(
+            Consumability.CONSUMABLE, f"{role}: a decode->prefill KV path is configured (decode_to_prefill)"
+        )
+    where = (
+        "decode runs on another instance"
+        if role == "kv_producer"
+        else "the next prefill runs on another instance"
+    )
+    return DecodeEndAvailability(
+        Consumability.NON_CONSUMABLE,
+        f"prefill and decode are disaggregated ({role}): {where} and no decode->prefill path is configured; "
+        f"decode-end states are not retained (set decode_to_prefill when a connector carries them back)",
+    )

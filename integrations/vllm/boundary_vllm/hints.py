@@ -1,0 +1,64 @@
+"""Checkpoint hints as they travel in a chat request's ``vllm_xargs``.
+
+The frontend renders with boundary and sends the logical positions it found; vLLM copies
+``vllm_xargs`` into ``SamplingParams.extra_args``, where the scheduler reads them back. The
+engine materializes the positions itself (only it knows its block size). Hints never affect
+correctness: a state is keyed by the chained hash of the exact tokens before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+INPUT_END_KEY = "boundary_input_end"
+PROMPT_END_KEY = "boundary_prompt_end"
+
+
+class HintStatus(StrEnum):
+    ABSENT = "absent"  # the request carries no boundary hints: it is scheduled exactly as upstream
+    ACCEPTED = "accepted"
+    REJECTED = "rejected"  # present but unusable; ``reason`` says why
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointHints:
+    """What one request asked for. ``input_end`` is set only when ``status`` is ACCEPTED."""
+
+    status: HintStatus
+    input_end: int | None = None
+    reason: str | None = None
+
+
+def encode_hints(input_end: int | None, prompt_end: int) -> dict[str, int]:
+    """The ``vllm_xargs`` entries for a rendered prompt (none when U_end is unavailable)."""
+    if input_end is None:
+        return {}
+    return {INPUT_END_KEY: int(input_end), PROMPT_END_KEY: int(prompt_end)}
+
+
+def decode_hints(extra_args: Mapping[str, Any] | None, num_prompt_tokens: int) -> CheckpointHints:
+    """Read the hints back on the engine side; malformed hints are rejected, never raised."""
+    if not extra_args or INPUT_END_KEY not in extra_args:
+        return CheckpointHints(HintStatus.ABSENT)
+    input_end = extra_args[INPUT_END_KEY]
+    prompt_end = extra_args.get(PROMPT_END_KEY, num_prompt_tokens)
+    for key, value in ((INPUT_END_KEY, input_end), (PROMPT_END_KEY, prompt_end)):
+        if type(value) is not int:
+            return _rejected(f"vllm_xargs.{key}: expected int, got {type(value).__name__}")
+    if prompt_end != num_prompt_tokens:
+        return _rejected(
+            f"vllm_xargs.{PROMPT_END_KEY}: the hints were computed for {prompt_end} prompt tokens but the "
+            f"engine received {num_prompt_tokens} (truncated or re-rendered prompt)"
+        )
+    if not 0 < input_end <= num_prompt_tokens:
+        return _rejected(
+            f"vllm_xargs.{INPUT_END_KEY}: {input_end} is outside the prompt (1..{num_prompt_tokens})"
+        )
+    return CheckpointHints(HintStatus.ACCEPTED, input_end=input_end)
+
+
+def _rejected(reason: str) -> CheckpointHints:
+    return CheckpointHints(HintStatus.REJECTED, reason=reason)

@@ -1,0 +1,256 @@
+"""Replay request streams through vLLM's real scheduler and KV-cache manager, without a model.
+
+A small hybrid KV-cache layout (one full-attention group, one Mamba group in align mode,
+``prefix_cache_retention_interval=0``) is driven by hand: each request is added, scheduled
+step by step, and fed its recorded output tokens as if sampled, until it finishes; the next
+request starts after it. What comes back per request is vLLM's own joint prefix-cache hit at
+admission (the computed tokens it starts from), the kind of checkpoint that served it, and the
+prefill chunks the scheduler cut. Deterministic: same stream, same results.
+
+The vLLM config is built from a throwaway ``config.json`` (a tiny Llama: the scheduler reads only
+lengths and flags from it); the hybrid part is the hand-built ``KVCacheConfig``.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.sampling_params import SamplingParams
+from vllm.utils.hashing import get_hash_fn_by_name
+from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
+from vllm.v1.outputs import ModelRunnerOutput
+from vllm.v1.request import Request
+from vllm.v1.structured_output import StructuredOutputManager
+
+from boundary_vllm.counters import CheckpointCounters
+from boundary_vllm.hints import encode_hints
+from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
+from boundary_vllm.settings import Policy
+from boundary_vllm.workload import Turn
+
+_TINY_MODEL = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "vocab_size": 262144,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "bfloat16",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EngineShape:
+    """The KV-cache layout and scheduler settings of a replay.
+
+    ``plugin=False`` replays through vLLM's own ``Scheduler`` (the baseline); ``policy`` applies
+    only with the plugin. ``prefix_match_unit`` below ``block_size`` turns on vLLM's sub-block hits.
+    """
+
+    block_size: int = 16
+    prefix_match_unit: int | None = None
+    num_blocks: int = 4096
+    max_num_batched_tokens: int = 8192
+    max_model_len: int = 65536
+    plugin: bool = True
+    policy: Policy = Policy.BOTH
+    async_scheduling: bool = False
+    mamba_layers: int = 3
+    mamba_state_shapes: tuple[tuple[int, ...], ...] = ((3, 512), (8, 64, 64))  # conv state, recurrent state
+    attention_layers: int = 1
+    settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]`` keys
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """One request of a stream: its prompt, the tokens the model "samples", and its U_end hint."""
+
+    prompt_token_ids: tuple[int, ...]
+    output_token_ids: tuple[int, ...]
+    input_end: int | None = None
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.output_token_ids:
+            raise ValueError("a replayed request samples at least one token")
+
+    @classmethod
+    def from_turn(cls, turn: Turn, *, hints: bool = True) -> ReplayRequest:
+        """A conversation turn; ``hints=False`` sends it without U_end (as an unmodified frontend)."""
+        stop = turn.output.stop_token_id
+        return cls(
+            tuple(turn.prompt.token_ids),
+            tuple(turn.output.token_ids),
+            turn.prompt.u_end if hints else None,
+            () if stop is None else (stop,),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayOutcome:
+    """What vLLM did with one request."""
+
+    hit_tokens: int  # the joint (attention and recurrent) prefix-cache hit at admission
+    hit_kind: str  # the checkpoint kind whose state served it ("miss", "untracked"; "n/a" without the plugin)
+    prefill_chunks: tuple[int, ...]  # tokens scheduled per prefill step
+    block_copies: int  # copy-on-write block copies vLLM scheduled while the request ran
+
+
+class Replay:
+    """A live scheduler; ``run`` replays one request to completion."""
+
+    def __init__(self, shape: EngineShape = EngineShape()) -> None:
+        self.shape = shape
+        self._model_dir = tempfile.TemporaryDirectory(prefix="boundary-replay-")
+        self.vllm_config = _vllm_config(shape, Path(self._model_dir.name))
+        self.kv_cache_config = _kv_cache_config(
+            shape, self.vllm_config.cache_config.prefix_cache_retention_interval
+        )
+        self.scheduler = _scheduler_cls(shape)(
+            vllm_config=self.vllm_config,
+            kv_cache_config=self.kv_cache_config,
+            structured_output_manager=StructuredOutputManager(self.vllm_config),
+            block_size=shape.block_size,
+            hash_block_size=self.hash_block_size,
+            log_stats=True,
+        )
+        hash_fn = get_hash_fn_by_name(self.vllm_config.cache_config.prefix_caching_hash_algo)
+        init_none_hash(hash_fn)
+        self._hasher = get_request_block_hasher(self.hash_block_size, hash_fn)
+        self._count = 0
+
+    @property
+    def hash_block_size(self) -> int:
+        return self.shape.prefix_match_unit or self.shape.block_size
+
+    @property
+    def counters(self) -> CheckpointCounters | None:
+        """The plugin's counters (None for the baseline scheduler)."""
+        report = getattr(self.scheduler, "boundary_report", None)
+        return report() if report is not None else None
+
+    def request(self, item: ReplayRequest) -> Request:
+        """The vLLM request for ``item``, hints in ``extra_args`` as the chat endpoint puts them."""
+        self._count += 1
+        hints = encode_hints(item.input_end, len(item.prompt_token_ids))
+        params = SamplingParams(
+            max_tokens=len(item.output_token_ids),
+            stop_token_ids=list(item.stop_token_ids),
+            extra_args=hints or None,
+            temperature=0.0,
+        )
+        return Request(
+            request_id=f"replay-{self._count}",
+            prompt_token_ids=list(item.prompt_token_ids),
+            sampling_params=params,
+            pooling_params=None,
+            block_hasher=self._hasher,
+        )
+
+    def run(self, item: ReplayRequest) -> ReplayOutcome:
+        scheduler = self.scheduler
+        request = self.request(item)
+        rid = request.request_id
+        scheduler.add_request(request)
+        outputs = iter(item.output_token_ids)
+        chunks: list[int] = []
+        hit: int | None = None
+        copies = 0
+        while rid in scheduler.requests:
+            step = scheduler.schedule()
+            copies += len(step.kv_cache_block_copies or ())
+            if rid in step.num_scheduled_tokens and request.num_output_tokens == 0:
+                chunks.append(step.num_scheduled_tokens[rid])
+                if hit is None:  # num_computed_tokens was set to the hit, then advanced by the step
+                    hit = request.num_computed_tokens - step.num_scheduled_tokens[rid]
+            ids = list(step.num_scheduled_tokens)
+            sampled = [[] if scheduler.requests[i].is_prefill_chunk else [next(outputs)] for i in ids]
+            scheduler.update_from_output(
+                step,
+                ModelRunnerOutput(
+                    req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)}, sampled_token_ids=sampled
+                ),
+            )
+        assert hit is not None
+        retention = getattr(scheduler, "boundary_retention", None)
+        kind = retention.classify_hit(request, hit) if retention is not None else "n/a"
+        return ReplayOutcome(hit, str(kind), tuple(chunks), copies)
+
+    def run_all(self, stream: Iterable[ReplayRequest]) -> list[ReplayOutcome]:
+        return [self.run(item) for item in stream]
+
+
+def replay(stream: Sequence[ReplayRequest], shape: EngineShape = EngineShape()) -> list[ReplayOutcome]:
+    """Each request's joint hit when ``stream`` runs in order on a fresh engine of ``shape``."""
+    return Replay(shape).run_all(stream)
+
+
+def _scheduler_cls(shape: EngineShape) -> type[Scheduler]:
+    if shape.plugin:
+        return AsyncBoundaryScheduler if shape.async_scheduling else BoundaryScheduler
+    return AsyncScheduler if shape.async_scheduling else Scheduler
+
+
+def _vllm_config(shape: EngineShape, model_dir: Path) -> VllmConfig:
+    (model_dir / "config.json").write_text(json.dumps(_TINY_MODEL), encoding="utf-8")
+    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, max_model_len=shape.max_model_len)
+    cache = CacheConfig(
+        block_size=shape.block_size,
+        enable_prefix_caching=True,
+        mamba_cache_mode="align",
+        prefix_match_unit=shape.prefix_match_unit,
+    )
+    scheduler = SchedulerConfig(
+        max_num_seqs=16,
+        max_num_batched_tokens=shape.max_num_batched_tokens,
+        max_model_len=shape.max_model_len,
+        enable_chunked_prefill=True,
+        is_encoder_decoder=False,
+        async_scheduling=shape.async_scheduling,
+    )
+    config = VllmConfig(
+        model_config=model,
+        cache_config=cache,
+        scheduler_config=scheduler,
+        device_config=DeviceConfig(device="cpu"),
+        additional_config={"boundary": {"policy": shape.policy.value, "log_interval_s": 0, **shape.settings}},
+    )
+    config.cache_config.num_gpu_blocks = shape.num_blocks
+    return config
+
+
+def _kv_cache_config(shape: EngineShape, retention_interval: int | None) -> KVCacheConfig:
+    attention = FullAttentionSpec(
+        block_size=shape.block_size, num_kv_heads=2, head_size=64, dtype=torch.bfloat16
+    )
+    mamba = MambaSpec(
+        block_size=shape.block_size,
+        shapes=shape.mamba_state_shapes,
+        dtypes=(torch.bfloat16,) + (torch.float32,) * (len(shape.mamba_state_shapes) - 1),
+        mamba_cache_mode="align",
+    )
+    return KVCacheConfig(
+        num_blocks=shape.num_blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[
+            KVCacheGroupSpec(
+                [f"model.layers.{i}.self_attn.attn" for i in range(shape.attention_layers)], attention
+            ),
+            KVCacheGroupSpec([f"model.layers.{i}.linear_attn" for i in range(shape.mamba_layers)], mamba),
+        ],
+        prefix_cache_retention_interval=retention_interval,  # as vLLM's KV-cache planning copies it
+    )

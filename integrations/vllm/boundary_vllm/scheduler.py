@@ -1,0 +1,208 @@
+"""vLLM schedulers that keep boundary's checkpoints. Load one with
+
+    vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler \\
+        --additional-config '{"boundary": {"policy": "both"}}'
+
+(``BoundaryScheduler`` when async scheduling is off). Per request, from the hints in
+``vllm_xargs`` (or, for server-rendered prompts, the recognised generation prompt), and per the
+configured policy:
+
+- a prefill chunk ends at the materialized U_end, so the recurrent state exists there, and that
+  state is kept beside P_end and the reactive junctions (``retention``);
+- at finish the aligned decode-end state (D_end) is kept, unless prefill and decode are
+  disaggregated without a decode->prefill path (then it is reported non-consumable).
+
+Requests without checkpoints are scheduled and cached exactly as upstream. Nothing in vLLM is
+edited: the split, admission, scheduling and finish hooks are overrides of the pinned 0.33.0
+``Scheduler``, and retention wraps each Mamba manager's ``cache_blocks``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from vllm.logger import init_logger
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.output import SchedulerOutput
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from boundary.checkpoints import CheckpointKind
+from boundary_vllm.counters import CheckpointCounters, PrometheusExport
+from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability
+from boundary_vllm.hints import CheckpointHints, HintStatus, decode_hints
+from boundary_vllm.retention import CheckpointRetention, install
+from boundary_vllm.server_render import GenerationSuffixes, load_server_family
+from boundary_vllm.settings import IntegrationSettings, read_settings
+
+logger = init_logger(__name__)
+
+DERIVED = "derived"  # hint label: U_end recognised from a server-rendered generation prompt
+_COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
+
+
+class BoundaryCheckpointsMixin:
+    """The hooks; mixed in front of vLLM's ``Scheduler`` or ``AsyncScheduler``."""
+
+    boundary_settings: IntegrationSettings
+    boundary_counters: CheckpointCounters
+    boundary_retention: CheckpointRetention | None
+    decode_end: DecodeEndAvailability
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.boundary_settings = read_settings(self.vllm_config.additional_config)
+        self.boundary_counters = CheckpointCounters()
+        self.decode_end = decode_end_availability(
+            self.vllm_config.kv_transfer_config, decode_to_prefill=self.boundary_settings.decode_to_prefill
+        )
+        self.boundary_retention = None
+        inactive = self._inactive_reason()
+        if inactive is None:
+            self.boundary_retention = install(
+                self, self.boundary_counters, ledger_capacity=self.boundary_settings.ledger_capacity
+            )
+        self._suffixes: GenerationSuffixes | None = None
+        if self.boundary_settings.server_family and self.boundary_retention is not None:
+            family = load_server_family(
+                self.boundary_settings.server_family,
+                model_tokenizer=self.vllm_config.model_config.tokenizer,
+                variant=self.boundary_settings.server_family_variant,
+            )
+            self._suffixes = GenerationSuffixes.from_family(
+                family, self.boundary_settings.server_family_variant
+            )
+        self._pending_hits: dict[str, int] = {}
+        self._pending_splits: dict[str, int] = {}
+        self._exported = CheckpointCounters()
+        self._last_log = self._last_export = time.monotonic()
+        logger.info(
+            "boundary checkpoints: policy=%s, %s; decode_end %s (%s)",
+            self.boundary_settings.policy.value,
+            "active" if inactive is None else f"inactive: {inactive}",
+            self.decode_end.status.value,
+            self.decode_end.reason,
+        )
+
+    def _inactive_reason(self) -> str | None:
+        if not self.cache_config.enable_prefix_caching:
+            return "prefix caching is off"
+        if not self.need_mamba_block_aligned_split:
+            return "no Mamba layers in align cache mode (nothing recurrent to checkpoint)"
+        return None
+
+    # -- admission -------------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        is_new = request.request_id not in self.requests
+        super().add_request(request)
+        if is_new and self.boundary_retention is not None:
+            self._admit(request)
+
+    def _admit(self, request: Request) -> None:
+        extra_args = request.sampling_params.extra_args if request.sampling_params is not None else None
+        hints = decode_hints(extra_args, request.num_prompt_tokens)
+        label = hints.status.value
+        if hints.status is HintStatus.ABSENT and self._suffixes is not None and request.prompt_token_ids:
+            derived = self._suffixes.input_end(request.prompt_token_ids)
+            if derived is not None:
+                hints, label = CheckpointHints(HintStatus.ACCEPTED, input_end=derived), DERIVED
+        self.boundary_counters.hints[label] += 1
+        if hints.status is HintStatus.REJECTED:
+            logger.warning("request %s: boundary hints ignored: %s", request.request_id, hints.reason)
+        if hints.status is not HintStatus.ACCEPTED:
+            return
+        policy = self.boundary_settings.policy
+        assert self.boundary_retention is not None
+        self.boundary_retention.admit(
+            request,
+            input_end=hints.input_end if policy.retains(CheckpointKind.INPUT_END) else None,
+            keep_decode_end=policy.retains(CheckpointKind.DECODE_END) and self.decode_end.consumable,
+        )
+
+    def _get_local_prefix_cache_hit(self, request: Request, max_cache_hit_length: int | None = None):
+        result = super()._get_local_prefix_cache_hit(request, max_cache_hit_length)
+        self._pending_hits[request.request_id] = result[1]
+        return result
+
+    # -- scheduling --------------------------------------------------------------------------------
+    def _mamba_block_aligned_split(
+        self,
+        request: Request,
+        num_new_tokens: int,
+        num_new_local_computed_tokens: int = 0,
+        num_external_computed_tokens: int = 0,
+    ) -> int:
+        """Upstream's split, then also end the chunk at the request's U_end checkpoint."""
+        num_new_tokens = super()._mamba_block_aligned_split(
+            request, num_new_tokens, num_new_local_computed_tokens, num_external_computed_tokens
+        )
+        plan = self.boundary_retention.plan(request.request_id) if self.boundary_retention else None
+        if plan is None:
+            return num_new_tokens
+        start = request.num_computed_tokens + num_new_local_computed_tokens + num_external_computed_tokens
+        stop = next((s for s in plan.stops if start < s < start + num_new_tokens), None)
+        if stop is not None:
+            num_new_tokens = stop - start
+            self._pending_splits[request.request_id] = num_new_tokens
+        return num_new_tokens
+
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        retention = self.boundary_retention
+        if retention is not None:
+            for req_id, num_scheduled in scheduler_output.num_scheduled_tokens.items():
+                request = self.requests[req_id]
+                hit = self._pending_hits.pop(req_id, None)
+                if hit is not None and request.num_preemptions == 0:
+                    self.boundary_counters.record_hit(retention.classify_hit(request, hit), hit)
+                if self._pending_splits.get(req_id) == num_scheduled:
+                    self.boundary_counters.forced_splits += 1
+            self._pending_hits.clear()
+            self._pending_splits.clear()
+        super()._update_after_schedule(scheduler_output)
+        self._report()
+
+    # -- finish ----------------------------------------------------------------------------------
+    def _free_request(self, request: Request, delay_free_blocks: bool = False):
+        if self.boundary_retention is not None:
+            self.boundary_retention.finish(request, completed=request.status in _COMPLETED)
+        return super()._free_request(request, delay_free_blocks)
+
+    # -- counters --------------------------------------------------------------------------------
+    def boundary_report(self) -> CheckpointCounters:
+        """The counters now (retained bytes recomputed), also pushed to the metrics."""
+        self._report(force=True)
+        return self.boundary_counters
+
+    def _report(self, *, force: bool = False) -> None:
+        now = time.monotonic()
+        if self.boundary_retention is not None and (force or now - self._last_export >= 1.0):
+            self._last_export = now
+            self.boundary_counters.retained_bytes = self.boundary_retention.retained_bytes()
+            _prometheus().add(
+                self.boundary_counters, self._exported, decode_end_consumable=self.decode_end.consumable
+            )
+            self._exported = self.boundary_counters.snapshot()
+        interval = self.boundary_settings.log_interval_s
+        if interval and now - self._last_log >= interval:
+            self._last_log = now
+            logger.info("boundary %s", self.boundary_counters.summary())
+
+
+_EXPORT: PrometheusExport | None = None
+
+
+def _prometheus() -> PrometheusExport:
+    """One set of metric families per process (several schedulers add their own deltas)."""
+    global _EXPORT
+    if _EXPORT is None:
+        _EXPORT = PrometheusExport()
+    return _EXPORT
+
+
+class BoundaryScheduler(BoundaryCheckpointsMixin, Scheduler):
+    """``Scheduler`` with boundary checkpoints, for engines with async scheduling off."""
+
+
+class AsyncBoundaryScheduler(BoundaryCheckpointsMixin, AsyncScheduler):
+    """``AsyncScheduler`` with boundary checkpoints, for async scheduling (vLLM's default)."""

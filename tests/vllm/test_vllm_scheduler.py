@@ -1,0 +1,191 @@
+"""The boundary schedulers against vLLM 0.33.0's real Scheduler and KV-cache manager.
+
+Every replay runs a small hybrid layout (one full-attention group, one Mamba group in align
+mode, retention interval 0, block 16) through ``boundary_vllm.replay``; the streams are real
+Qwen3.5 renderings of tau-bench conversations (``tests/vllm/streams.py``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
+from boundary_vllm.settings import Policy
+from tests.vllm.streams import BLOCK, shared, turn, turns, validated_prefix
+
+pytestmark = pytest.mark.vllm
+
+UPSTREAM = EngineShape(plugin=False)
+FINE_UPSTREAM = EngineShape(plugin=False, prefix_match_unit=4)
+
+
+def shape(policy: Policy, **kw) -> EngineShape:
+    return EngineShape(policy=policy, **kw)
+
+
+def requests(*ts, hints: bool = True) -> list[ReplayRequest]:
+    return [ReplayRequest.from_turn(t, hints=hints) for t in ts]
+
+
+def hits(outcomes) -> list[int]:
+    return [o.hit_tokens for o in outcomes]
+
+
+# -- U_end ---------------------------------------------------------------------------------------
+def test_first_continuation_after_a_reasoning_turn_hits_at_u_end_with_the_plugin_and_misses_without():
+    a, b = turn(11, 2), turn(11, 4)  # a reasoning turn, then the user's next message
+    assert a.next_role == "user"
+    common = shared(a.tokens, b.prompt.token_ids)
+    p_end_state = (a.prompt.p_end - 1) // BLOCK * BLOCK  # where upstream keeps the prompt's state
+    assert a.prompt.u_end <= common < p_end_state  # the reasoning is dropped: P_end is not a prefix
+
+    assert hits(replay(requests(a, b), UPSTREAM)) == [0, 0]
+    outcomes = replay(requests(a, b), shape(Policy.INPUT_END))
+    assert hits(outcomes) == [0, a.prompt.u_end // BLOCK * BLOCK]
+    assert outcomes[1].hit_kind == "input_end"
+
+
+def test_the_u_end_chunk_stop_is_a_forced_split_counted_once():
+    a = turn(11, 2)
+    baseline = replay(requests(a), UPSTREAM)[0]
+    run = Replay(shape(Policy.INPUT_END))
+    outcome = run.run(ReplayRequest.from_turn(a))
+    assert len(outcome.prefill_chunks) == len(baseline.prefill_chunks) + 1
+    assert sum(outcome.prefill_chunks) == sum(baseline.prefill_chunks) == a.prompt.p_end
+    assert outcome.prefill_chunks[0] == a.prompt.u_end // BLOCK * BLOCK
+    counters = run.counters
+    assert counters.forced_splits == 1
+    assert counters.created["input_end"] == 1
+    assert counters.retained_bytes["input_end"] == counters.created_bytes["input_end"] > 0
+
+
+def test_with_sub_block_hits_u_end_materializes_at_the_unit_through_a_copy_on_write():
+    a, b = turn(11, 2), turn(11, 4)
+    unit = 4
+    fine = shape(Policy.INPUT_END, prefix_match_unit=unit)
+    outcomes = replay(requests(a, b), fine)
+    assert hits(outcomes) == [0, a.prompt.u_end // unit * unit]
+    assert outcomes[1].hit_tokens % BLOCK  # inside a block: both groups answered a partial entry
+    assert outcomes[0].block_copies > replay(requests(a), FINE_UPSTREAM)[0].block_copies
+    assert hits(replay(requests(a, b), FINE_UPSTREAM)) == [0, 0]
+
+
+# -- D_end ---------------------------------------------------------------------------------------
+def test_decode_end_hits_in_a_tool_loop():
+    a, b = turn(11, 4), turn(11, 6)  # the assistant calls a tool; the next request adds its result
+    assert a.next_role == "tool"
+    d_end = len(a.tokens) - 1  # the stop token is not part of D_end
+    assert shared(a.tokens, b.prompt.token_ids) >= d_end  # the turn round-trips
+
+    upstream = hits(replay(requests(a, b), UPSTREAM))
+    assert upstream == [0, (a.prompt.p_end - 1) // BLOCK * BLOCK]
+    for policy in (Policy.DECODE_END, Policy.BOTH):
+        outcomes = replay(requests(a, b), shape(policy))
+        assert hits(outcomes) == [0, d_end // BLOCK * BLOCK]
+        assert outcomes[1].hit_kind == "decode_end"
+    assert hits(replay(requests(a, b), shape(Policy.INPUT_END))) == upstream
+
+
+def test_when_decode_end_diverges_the_lookup_falls_back_to_u_end():
+    a, b = turn(11, 2), turn(11, 4)  # the next request drops the turn's reasoning
+    run = Replay(shape(Policy.DECODE_END))
+    assert hits(run.run_all(requests(a, b))) == [0, 0]
+    assert run.counters.created["decode_end"] == 2  # kept, but not a prefix of the next request
+
+    outcomes = replay(requests(a, b), shape(Policy.BOTH))
+    assert hits(outcomes) == [0, a.prompt.u_end // BLOCK * BLOCK]
+    assert outcomes[1].hit_kind == "input_end"
+
+
+def test_only_the_aligned_decode_end_state_outlives_the_request():
+    a = turn(11, 4)
+    run = Replay(shape(Policy.DECODE_END))
+    run.run(ReplayRequest.from_turn(a))
+    retention = run.scheduler.boundary_retention
+    kept = {kind.value: 0 for kind in retention.ledger.values()}
+    for kind in retention.ledger.values():
+        kept[kind.value] += 1
+    assert kept == {"prompt_end": 1, "decode_end": 1}  # the tentative decode states were released
+    d_end = len(a.tokens) - 1
+    assert run.counters.retained_bytes["decode_end"] == run.counters.created_bytes["decode_end"] > 0
+    assert retention.plans == {}
+    assert d_end // BLOCK * BLOCK > a.prompt.p_end
+
+
+def test_decode_end_is_not_kept_when_prefill_and_decode_are_disaggregated():
+    from boundary_vllm.decode_end import decode_end_availability
+    from vllm.config import KVTransferConfig
+
+    consumer = KVTransferConfig(kv_connector="NixlConnector", kv_role="kv_consumer")
+    availability = decode_end_availability(consumer, decode_to_prefill=False)
+    assert not availability.consumable and "disaggregated" in availability.reason
+
+    a, b = turn(11, 4), turn(11, 6)
+    run = Replay(shape(Policy.BOTH))
+    run.scheduler.decode_end = availability  # as the scheduler derives it from --kv-transfer-config
+    outcomes = run.run_all(requests(a, b))
+    assert outcomes[1].hit_tokens == (a.prompt.p_end - 1) // BLOCK * BLOCK
+    assert run.counters.created["decode_end"] == 0
+
+
+# -- invariants ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("unit", [BLOCK, 4])
+def test_a_state_is_never_used_beyond_its_validated_prefix(policy, unit):
+    stream = list(turns(11)) + list(turns(0))[:3]
+    outcomes = replay(requests(*stream), shape(policy, prefix_match_unit=unit))
+    for i, (t, outcome) in enumerate(zip(stream, outcomes, strict=True)):
+        assert outcome.hit_tokens <= validated_prefix(stream[:i], t), (i, outcome)
+        assert outcome.hit_tokens % unit == 0
+
+
+def test_a_hint_past_the_shared_prefix_is_never_reused_beyond_it():
+    a, b = turn(11, 2), turn(11, 4)
+    lying = ReplayRequest(
+        tuple(a.prompt.token_ids), tuple(a.output.token_ids), a.prompt.p_end - 1, (a.output.stop_token_id,)
+    )  # a frontend that claims U_end past the generation prompt
+    outcomes = replay([lying, ReplayRequest.from_turn(b)], shape(Policy.INPUT_END))
+    assert outcomes[1].hit_tokens <= shared(a.tokens, b.prompt.token_ids)
+
+
+def scheduled(outcomes) -> list[tuple]:
+    return [(o.hit_tokens, o.prefill_chunks, o.block_copies) for o in outcomes]
+
+
+@pytest.mark.parametrize("unit", [BLOCK, 4])
+def test_requests_without_hints_are_scheduled_exactly_as_upstream(unit):
+    stream = requests(*turns(11), *turns(0)[:3], hints=False)
+    baseline = scheduled(replay(stream, EngineShape(plugin=False, prefix_match_unit=unit)))
+    for policy in Policy:
+        assert scheduled(replay(stream, shape(policy, prefix_match_unit=unit))) == baseline
+
+
+def test_junction_behaviour_is_unchanged():
+    # Three conversations share the airline policy prompt: the first computes it, the second
+    # discovers the junction (and keeps its state), the third hits it.
+    stream = [turn(c, 2) for c in (0, 1, 2)]
+    upstream = replay(requests(*stream), UPSTREAM)
+    assert upstream[0].hit_tokens == upstream[1].hit_tokens == 0
+    assert upstream[2].hit_tokens > 0
+    for policy in Policy:
+        outcomes = replay(requests(*stream), shape(policy))
+        assert hits(outcomes) == hits(upstream)
+        assert outcomes[2].hit_kind == "reactive"
+
+
+def test_the_async_scheduler_keeps_the_same_checkpoints():
+    stream = requests(*turns(11))
+    sync = replay(stream, shape(Policy.BOTH))
+    assert replay(stream, shape(Policy.BOTH, async_scheduling=True)) == sync
+    assert {o.hit_kind for o in sync} >= {"input_end", "decode_end"}
+
+
+def test_malformed_hints_are_ignored_and_counted():
+    a = turn(11, 2)
+    request = ReplayRequest.from_turn(a)
+    run = Replay(shape(Policy.BOTH))
+    vllm_request = run.request(request)
+    vllm_request.sampling_params.extra_args["boundary_prompt_end"] = a.prompt.p_end + 7  # a re-rendered prompt
+    run.scheduler.add_request(vllm_request)
+    assert run.scheduler.boundary_retention.plan(vllm_request.request_id) is None
+    assert run.scheduler.boundary_counters.hints["rejected"] == 1
