@@ -8,9 +8,9 @@ Qwen3.5 renderings of tau-bench conversations (``tests/vllm/streams.py``).
 from __future__ import annotations
 
 import pytest
-
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
 from boundary_vllm.settings import Policy
+
 from tests.vllm.streams import BLOCK, shared, turn, turns, validated_prefix
 
 pytestmark = pytest.mark.vllm
@@ -185,7 +185,9 @@ def test_malformed_hints_are_ignored_and_counted():
     request = ReplayRequest.from_turn(a)
     run = Replay(shape(Policy.BOTH))
     vllm_request = run.request(request)
-    vllm_request.sampling_params.extra_args["boundary_prompt_end"] = a.prompt.p_end + 7  # a re-rendered prompt
+    vllm_request.sampling_params.extra_args["boundary_prompt_end"] = (
+        a.prompt.p_end + 7
+    )  # a re-rendered prompt
     run.scheduler.add_request(vllm_request)
     assert run.scheduler.boundary_retention.plan(vllm_request.request_id) is None
     assert run.scheduler.boundary_counters.hints["rejected"] == 1

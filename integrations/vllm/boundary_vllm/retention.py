@@ -85,10 +85,17 @@ class RequestCheckpoints:
         """Where prefill chunks must end so that these states exist."""
         return tuple(p for p in (self.input_end, self.input_end_unit) if p)
 
-    def boundaries(self, num_tokens: int, num_prompt_tokens: int, block_size: int) -> tuple[int, ...]:
+    def holds_decode_states(self, retention_interval: int | None) -> bool:
+        """Decode states are held tentatively only under sparse retention (interval 0): with
+        periodic or dense retention vLLM keeps its own decode states, which are not ours to drop."""
+        return self.keep_decode_end and retention_interval == 0
+
+    def boundaries(
+        self, num_tokens: int, num_prompt_tokens: int, block_size: int, retention_interval: int | None
+    ) -> tuple[int, ...]:
         extra = [] if self.input_end is None else [self.input_end]
         latest = num_tokens // block_size * block_size
-        if self.keep_decode_end and latest >= num_prompt_tokens and latest > 0:
+        if self.holds_decode_states(retention_interval) and latest >= num_prompt_tokens and latest > 0:
             extra.append(latest)
         return tuple(extra)
 
@@ -234,13 +241,18 @@ class CheckpointRetention:
         replay_boundaries: Sequence[int],
     ) -> None:
         plan = self.plans.get(request.request_id)
-        extra = plan.boundaries(num_tokens, request.num_prompt_tokens, self.block_size) if plan else ()
+        extra = (
+            plan.boundaries(num_tokens, request.num_prompt_tokens, self.block_size, retention_interval)
+            if plan
+            else ()
+        )
         manager = group.manager
         before = manager.num_cached_block.get(request.request_id, 0)
         upstream(request, num_tokens, retention_interval, replay_boundaries=(*replay_boundaries, *extra))
         after = manager.num_cached_block.get(request.request_id, 0)
         if after > before:
-            self._attribute(group, request, before, after, replay_boundaries, plan)
+            held = plan is not None and plan.holds_decode_states(retention_interval)
+            self._attribute(group, request, before, after, replay_boundaries, plan, hold_decode=held)
         self._attribute_partial_tail(group, request, num_tokens)
         if plan is not None and plan.input_end_unit is not None and num_tokens == plan.input_end_unit:
             self._keep_sub_block_state(group, request, plan.input_end_unit)
@@ -320,6 +332,8 @@ class CheckpointRetention:
         after: int,
         replay_boundaries: Sequence[int],
         plan: RequestCheckpoints | None,
+        *,
+        hold_decode: bool,
     ) -> None:
         alignment = group.manager.cache_hit_alignment_tokens or self.block_size
         prompt_ends = {self._block_end(b, alignment) for b in replay_boundaries}
@@ -339,7 +353,7 @@ class CheckpointRetention:
                 kind = CheckpointKind.REACTIVE
             elif plan is not None and position == plan.input_end:
                 kind = CheckpointKind.INPUT_END
-            elif plan is not None and plan.keep_decode_end and position >= request.num_prompt_tokens:
+            elif plan is not None and hold_decode and position >= request.num_prompt_tokens:
                 self._remember(block.block_hash, CheckpointKind.DECODE_END)
                 self._hold_decode_state(plan, position, HeldState(group, block, block.block_hash))
                 continue

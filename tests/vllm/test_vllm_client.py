@@ -1,0 +1,58 @@
+"""The frontend side: one rendering, sent as exactly those tokens plus its boundaries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from boundary_vllm.client import chat_request
+from boundary_vllm.hints import INPUT_END_KEY, PROMPT_END_KEY, HintStatus, decode_hints
+
+from boundary.datasets import tau_bench_airline
+from tests.support import family
+
+MODEL = "Qwen/Qwen3.5-4B"
+
+
+def request(**kw):
+    messages = tau_bench_airline()[11][:4]
+    return chat_request(
+        family("qwen3_5"),
+        messages,
+        model=MODEL,
+        template_kwargs={"enable_thinking": True},
+        max_tokens=64,
+        **kw,
+    )
+
+
+def test_the_body_carries_the_rendered_tokens_and_their_boundaries():
+    req = request()
+    r = req.rendering
+    assert req.body["kv_transfer_params"] == {"prompt_token_ids": r.token_ids}
+    assert req.body["vllm_xargs"] == {INPUT_END_KEY: r.u_end, PROMPT_END_KEY: r.p_end}
+    assert r.u_end < r.p_end
+    assert req.body["chat_template_kwargs"] == {"enable_thinking": True}  # for vLLM's reasoning parser
+    assert req.body["messages"] == tau_bench_airline()[11][:4]
+    assert req.body["model"] == MODEL and req.body["max_tokens"] == 64
+    json.dumps(req.body)  # a plain JSON body
+
+
+def test_other_vllm_xargs_are_kept_beside_the_hints():
+    req = request(vllm_xargs={"session_id": "abc"})
+    assert req.body["vllm_xargs"]["session_id"] == "abc"
+    assert req.body["vllm_xargs"][INPUT_END_KEY] == req.rendering.u_end
+
+
+@pytest.mark.vllm
+def test_vllm_accepts_the_body_and_hands_the_hints_to_the_scheduler():
+    from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+
+    req = request()
+    parsed = ChatCompletionRequest.model_validate(json.loads(json.dumps(req.body)))
+    assert parsed.kv_transfer_params["prompt_token_ids"] == req.rendering.token_ids
+    # vLLM's renderer pops the ids before the sampling params are built (online_renderer.py).
+    parsed.kv_transfer_params.pop("prompt_token_ids")
+    params = parsed.to_sampling_params(64, {})
+    hints = decode_hints(params.extra_args, len(req.rendering.token_ids))
+    assert hints.status is HintStatus.ACCEPTED and hints.input_end == req.rendering.u_end

@@ -1,0 +1,47 @@
+"""Counters, and their Prometheus export."""
+
+from __future__ import annotations
+
+from boundary_vllm.counters import MISS, CheckpointCounters, PrometheusExport
+from prometheus_client import CollectorRegistry
+
+from boundary.checkpoints import CheckpointKind
+
+
+def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
+    return registry.get_sample_value(name, labels)
+
+
+def test_the_export_adds_only_what_changed_since_the_last_snapshot():
+    registry = CollectorRegistry()
+    export = PrometheusExport(registry)
+    counters = CheckpointCounters()
+    counters.record_created(CheckpointKind.INPUT_END, 1000, new_checkpoint=True)
+    counters.record_hit(CheckpointKind.INPUT_END, 1312)
+    counters.record_hit(MISS, 0)
+    counters.forced_splits = 1
+    counters.hints["accepted"] = 2
+    counters.retained_bytes = {"input_end": 1000}
+    before = CheckpointCounters()
+    export.add(counters, before, decode_end_consumable=True)
+    snapshot = counters.snapshot()
+    counters.record_hit(CheckpointKind.INPUT_END, 16)
+    export.add(counters, snapshot, decode_end_consumable=False)
+
+    assert sample(registry, "boundary_checkpoints_created_total", kind="input_end") == 1
+    assert sample(registry, "boundary_checkpoint_bytes_retained_total", kind="input_end") == 1000
+    assert sample(registry, "boundary_prefix_hits_total", kind="input_end") == 2
+    assert sample(registry, "boundary_prefix_hit_tokens_total", kind="input_end") == 1328
+    assert sample(registry, "boundary_prefix_hits_total", kind=MISS) == 1
+    assert sample(registry, "boundary_forced_splits_total") == 1
+    assert sample(registry, "boundary_requests_total", hints="accepted") == 2
+    assert sample(registry, "boundary_retained_bytes", kind="input_end") == 1000
+    assert sample(registry, "boundary_decode_end_consumable") == 0
+
+
+def test_the_summary_line_names_every_counter():
+    counters = CheckpointCounters()
+    counters.record_created(CheckpointKind.DECODE_END, 64, new_checkpoint=True)
+    line = counters.summary()
+    for part in ("checkpoints created: decode_end=1", "hits: none", "forced splits: 0", "retained bytes"):
+        assert part in line
