@@ -31,3 +31,42 @@ def default_conversation() -> Conversation:
     traj = tau_bench_airline()[0]
     users = [i for i, m in enumerate(traj) if m["role"] == "user"]
     return traj[: users[5] + 1]
+
+
+@cache
+def _jsonl(*parts: str) -> tuple[dict[str, Any], ...]:
+    path = data_dir("datasets").joinpath(*parts)
+    with path.open(encoding="utf-8") as f:
+        return tuple(json.loads(line) for line in f if line.strip())
+
+
+def mt_bench_questions() -> list[dict[str, Any]]:
+    """80 MT-bench questions: ``question_id``, ``category``, ``turns`` (two user messages)."""
+    return [dict(q) for q in _jsonl("mt_bench", "question.jsonl")]
+
+
+def mt_bench_reference_answers() -> dict[int, list[str]]:
+    """GPT-4's two-turn answers where MT-bench ships one (30 questions), by ``question_id``."""
+    answers = _jsonl("mt_bench", "reference_answer_gpt-4.jsonl")
+    return {a["question_id"]: list(a["choices"][0]["turns"]) for a in answers}
+
+
+BFCL_MULTI_TURN = ("base", "long_context", "miss_func", "miss_param")
+
+
+def bfcl_multi_turn(category: str = "base") -> list[dict[str, Any]]:
+    """BFCL v4 multi-turn entries (``id``, ``question``: a list of turns, each a list of user
+    messages, ``involved_classes``...), each with its ``ground_truth`` call strings per turn."""
+    if category not in BFCL_MULTI_TURN:
+        known = ", ".join(BFCL_MULTI_TURN)
+        raise ValueError(f"unknown BFCL multi-turn category {category!r} (known: {known})")
+    name = f"BFCL_v4_multi_turn_{category}.json"
+    truth = {a["id"]: a["ground_truth"] for a in _jsonl("bfcl", "possible_answer", name)}
+    return [{**dict(e), "ground_truth": truth.get(e["id"])} for e in _jsonl("bfcl", name)]
+
+
+def bfcl_function_docs() -> dict[str, list[dict[str, Any]]]:
+    """BFCL tool schemas (BFCL's own format, ``parameters.type == "dict"``) by doc file stem."""
+    folder = data_dir("datasets") / "bfcl" / "multi_turn_func_doc"
+    return {p.stem: [dict(d) for d in _jsonl("bfcl", "multi_turn_func_doc", p.name)]
+            for p in sorted(folder.glob("*.json"))}

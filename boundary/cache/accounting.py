@@ -16,6 +16,7 @@ does in Mamba "align" mode:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -240,17 +241,13 @@ def align_mode_geometry(
 def geometry_for_unit(
     model: ModelDescription, unit: int, *, kernel_block_alignment: int = 16
 ) -> CacheGeometry:
-    """One point of a ``prefix_match_unit`` sweep: a unit dividing the model's block size is a
-    sub-block unit; a larger, kernel-aligned unit is a block-sized unit (the block grows to it,
-    as ``--block-size`` would). Anything else is a configuration vLLM rejects."""
+    """One point of a ``prefix_match_unit`` sweep. A unit that divides the model's align-mode
+    block size keeps it; otherwise the block grows to the smallest size vLLM would accept
+    with that unit (``--block-size``: a multiple of both the unit and the kernel block, at
+    least the minimum), so a block-sized unit such as 2096 is its own block size."""
     minimum = minimum_block_size(model, kernel_block_alignment)
     if minimum % unit == 0:
         return align_mode_geometry(model, unit, kernel_block_alignment=kernel_block_alignment)
-    if unit > minimum and unit % kernel_block_alignment == 0:
-        return align_mode_geometry(
-            model, unit, block_size=unit, kernel_block_alignment=kernel_block_alignment
-        )
-    raise ValueError(
-        f"prefix_match_unit={unit} is not valid for {model.name}: it neither divides the block size "
-        f"{minimum} nor is a block size of its own (a multiple of {kernel_block_alignment} above {minimum})"
-    )
+    step = math.lcm(unit, kernel_block_alignment)
+    block = step * cdiv(minimum, step)
+    return align_mode_geometry(model, unit, block_size=block, kernel_block_alignment=kernel_block_alignment)

@@ -32,7 +32,9 @@ from boundary.cache.states import RecurrentStates
 class CacheConfig:
     """``capacity_bytes``: all cache memory. ``checkpoint_budget_bytes``: None for one shared
     pool; else retained states get exactly this many bytes and blocks the rest.
-    ``max_chunk_tokens``: the scheduler's ``max_num_batched_tokens``."""
+    ``max_chunk_tokens``: the scheduler's ``max_num_batched_tokens``. ``output_reuse``: False
+    models prefill/decode disaggregation without a decode-to-prefill path: the prefill side
+    never sees output KV or output-side states."""
 
     geometry: CacheGeometry
     capacity_bytes: float
@@ -40,6 +42,7 @@ class CacheConfig:
     junction_at_unit: bool = False
     max_chunk_tokens: int = 8192
     eviction: Callable[[], EvictionPolicy] = LRU
+    output_reuse: bool = True
 
     def __post_init__(self) -> None:
         budget = self.checkpoint_budget_bytes
@@ -150,6 +153,8 @@ class HybridPrefixCache:
         table = list(hit.blocks[:whole])
         computed = request.num_tokens - 1  # the last sampled token's KV is never computed
         cacheable = min(computed, len(request.prefix) * g.unit) // g.block_size
+        if not self.config.output_reuse:
+            cacheable = min(cacheable, request.num_prompt_tokens // g.block_size)
         for index in range(whole, cdiv(computed, g.block_size)):
             block = self._allocate(
                 EntryKind.BLOCK, self.geometry.block_bytes, (index + 1) * g.block_size, request.rid, now
@@ -174,9 +179,8 @@ class HybridPrefixCache:
                 state, again = self._create_state(planned, request, table, now)
                 created.append(state)
                 recached += again
-        flight = _InFlight(
-            request, table, held_states + created, scratch, tuple(p for p in plan.states if not p.in_prompt)
-        )
+        pending = tuple(p for p in plan.states if not p.in_prompt) if self.config.output_reuse else ()
+        flight = _InFlight(request, table, held_states + created, scratch, pending)
         self._in_flight[request.rid] = flight
         native = prefill_chunk_ends(
             joint,

@@ -1,0 +1,272 @@
+"""The experiment: one stream, every policy, both budget modes, one or more units.
+
+For each ``prefix_match_unit``: hash the stream once, replay the oracle, replay
+``main_sparse`` under equal total capacity (it is the baseline, and its mean retained-state
+bytes become the equal checkpoint-byte budget unless one is given), then every policy under
+every budget mode, each also replayed with prefill/decode disaggregation (no output reuse)
+for the consumability metric.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from boundary.cache.accounting import CacheGeometry, ModelDescription, geometry_for_unit, minimum_block_size
+from boundary.cache.hybrid import CacheConfig
+from boundary.experiment.cost import PrefillCostModel
+from boundary.experiment.metrics import incremental, run_metrics, slice_summary
+from boundary.experiment.policies import ORACLE, PHASE_ONE, policy
+from boundary.experiment.replay import (
+    BudgetMode,
+    RequestRecord,
+    Run,
+    event_order,
+    replay,
+    replay_oracle,
+)
+from boundary.experiment.stream import Stream, cache_requests
+
+GIB = 2**30
+
+
+class ExperimentConfig(BaseModel):
+    """What to run. ``units``: None entries mean the block size (vLLM's default unit)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    policies: tuple[str, ...] = (*PHASE_ONE, "chat_aware", ORACLE)
+    budgets: tuple[BudgetMode, ...] = (BudgetMode.EQUAL_CAPACITY, BudgetMode.EQUAL_CHECKPOINT_BUDGET)
+    units: tuple[int | None, ...] = (None,)
+    capacity_gib: float = Field(32.0, gt=0)
+    checkpoint_budget_gib: float | None = Field(None, gt=0)
+    max_chunk_tokens: int = Field(8192, gt=0)
+    junction_at_unit: bool = False
+    utilization: float = Field(0.4, gt=0, le=1)
+    disaggregation: bool = True
+
+
+class UnitResult(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    unit: int
+    block_size: int
+    attention_block_bytes: int
+    state_bytes: int
+    checkpoint_budget_bytes: float
+    oracle: dict[str, Any]
+    runs: list[dict[str, Any]]
+
+
+class ExperimentResult(BaseModel):
+    """The machine-readable result: ``units[i].runs`` holds one metrics object per policy and
+    budget mode (keys as in ``boundary.experiment.metrics``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stream: dict[str, Any]
+    model: dict[str, Any]
+    cost_model: dict[str, Any]
+    config: dict[str, Any]
+    units: list[UnitResult]
+
+    def run(self, policy: str, budget: str, unit: int | None = None) -> dict[str, Any]:
+        block = self.units[0] if unit is None else next(u for u in self.units if u.unit == unit)
+        return next(r for r in block.runs if r["policy"] == policy and r["budget"] == budget)
+
+
+Progress = Callable[[str], None]
+
+
+def oracle_metrics(records: list[RequestRecord]) -> dict[str, Any]:
+    ttft = [r.ttft_seconds for r in records]
+    return {
+        "policy": ORACLE,
+        "joint_matched_tokens": sum(r.joint for r in records),
+        "avoided_prefill_flops": sum(r.avoided_flops for r in records),
+        "prompt_tokens_recomputed": sum(r.prompt_tokens - r.joint for r in records),
+        "ttft_estimate_seconds": {"mean": statistics.fmean(ttft) if ttft else None},
+        "hit_rate": slice_summary(records),
+        "first_continuation": slice_summary([r for r in records if r.turn == 1]),
+        "steady_state": slice_summary([r for r in records if r.turn >= 2]),
+    }
+
+
+def _oracle_records(stream: Stream, hits: list[int], cost: PrefillCostModel) -> list[RequestRecord]:
+    out = []
+    for r, hit in zip(stream.requests, hits, strict=True):
+        n = r.num_prompt_tokens
+        out.append(
+            RequestRecord(
+                rid=r.rid,
+                session=r.session,
+                turn=r.turn,
+                continuation=r.continuation.value,
+                tool_call=r.tool_call,
+                prompt_tokens=n,
+                attention=hit,
+                recurrent=hit,
+                joint=hit,
+                junction=0,
+                oracle=hit,
+                served_by=None,
+                served_from_output=None,
+                producer_age=None,
+                flooring_loss=None,
+                states_created=0,
+                candidates=0,
+                collapsed=0,
+                recached=0,
+                forced_splits=0,
+                avoided_flops=cost.flops(0, hit),
+                recompute_flops=cost.flops(hit, n),
+                ttft_seconds=cost.seconds(hit, n),
+            )
+        )
+    return out
+
+
+def run_experiment(
+    stream: Stream,
+    model: ModelDescription,
+    config: ExperimentConfig,
+    progress: Progress | None = None,
+    *,
+    keep_runs: dict[tuple[int, str, str], Run] | None = None,
+) -> ExperimentResult:
+    """``keep_runs``, when given, receives every ``Run`` by ``(unit, budget, policy)`` (plots)."""
+    say = progress or (lambda _msg: None)
+    for i, r in enumerate(stream.requests):
+        if r.rid != i:
+            raise ValueError(
+                f"stream requests must be in arrival order with rid == index (request {i} has {r.rid})"
+            )
+    cost = PrefillCostModel(model, utilization=config.utilization)
+    names = [p for p in config.policies if p != ORACLE]
+    for name in names:
+        policy(name)  # fail on an unknown name before replaying anything
+    units = [
+        run_unit(
+            stream,
+            geometry_for_unit(model, unit or minimum_block_size(model)),
+            config,
+            cost,
+            names,
+            say,
+            keep_runs,
+        )
+        for unit in config.units
+    ]
+    return ExperimentResult(
+        stream={
+            "name": stream.name,
+            "requests": len(stream),
+            "sessions": len(stream.sessions()),
+            "prompt_tokens": sum(r.num_prompt_tokens for r in stream.requests),
+            "output_tokens": sum(r.output_tokens for r in stream.requests),
+            **stream.provenance,
+        },
+        model=_describe(model),
+        cost_model=cost.describe(),
+        config=config.model_dump(mode="json"),
+        units=units,
+    )
+
+
+def _describe(model: ModelDescription) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "source": model.source,
+        "num_layers": model.num_layers,
+        "attention_layers": model.attention_layers,
+        "recurrent_layers": model.recurrent_layers,
+        "recurrent_kind": model.recurrent.kind.value,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "recurrent_state_bytes": model.recurrent_state_bytes,
+        "active_params": model.active_params,
+    }
+
+
+def run_unit(
+    stream: Stream,
+    geometry: CacheGeometry,
+    config: ExperimentConfig,
+    cost: PrefillCostModel,
+    names: list[str],
+    say: Progress,
+    keep_runs: dict[tuple[int, str, str], Run] | None = None,
+) -> UnitResult:
+    """Every policy under every budget mode at one unit. The equal checkpoint-byte budget is
+    main_sparse's mean retained-state bytes under equal capacity (at least one state, at most
+    half the capacity so blocks keep room), unless ``checkpoint_budget_gib`` fixes it."""
+    say(f"unit {geometry.unit} (block {geometry.block_size}): hashing {len(stream)} requests")
+    requests = cache_requests(stream, geometry.unit)
+    events = event_order(requests)
+    oracle_hits = replay_oracle(requests, geometry.unit, events)
+    capacity = config.capacity_gib * GIB
+    base_config = CacheConfig(
+        geometry, capacity, junction_at_unit=config.junction_at_unit, max_chunk_tokens=config.max_chunk_tokens
+    )
+
+    def run(name: str, cache_config: CacheConfig, budget: BudgetMode) -> Run:
+        return replay(
+            stream, requests, policy(name), cache_config, cost, oracle_hits, budget=budget, events=events
+        )
+
+    say(f"  main_sparse / {BudgetMode.EQUAL_CAPACITY.value}")
+    baseline = run("main_sparse", base_config, BudgetMode.EQUAL_CAPACITY)
+    if config.checkpoint_budget_gib is not None:
+        budget_bytes = config.checkpoint_budget_gib * GIB
+    else:
+        budget_bytes = min(max(baseline.mean_state_bytes, float(geometry.state_bytes)), capacity / 2)
+    metrics: list[dict[str, Any]] = []
+    for budget in config.budgets:
+        cache_config = base_config
+        if budget is BudgetMode.EQUAL_CHECKPOINT_BUDGET:
+            cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes)
+        baseline_here = baseline
+        for name in ["main_sparse", *[p for p in names if p != "main_sparse"]]:
+            if name == "main_sparse" and budget is BudgetMode.EQUAL_CAPACITY:
+                result = baseline
+            else:
+                say(f"  {name} / {budget.value}")
+                result = run(name, cache_config, budget)
+            if name == "main_sparse":
+                baseline_here = result
+            split = (
+                run(name, replace(cache_config, output_reuse=False), budget)
+                if config.disaggregation
+                else None
+            )
+            if name in names:
+                metrics.append(run_metrics(result, baseline_here, split))
+            if keep_runs is not None:
+                keep_runs[(geometry.unit, budget.value, name)] = result
+        _add_incremental([m for m in metrics if m["budget"] == budget.value])
+    return UnitResult(
+        unit=geometry.unit,
+        block_size=geometry.block_size,
+        attention_block_bytes=geometry.block_bytes,
+        state_bytes=geometry.state_bytes,
+        checkpoint_budget_bytes=budget_bytes,
+        oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost)),
+        runs=metrics,
+    )
+
+
+def _add_incremental(metrics: list[dict[str, Any]]) -> None:
+    by_name = {m["policy"]: m for m in metrics}
+    if "both" not in by_name:
+        return
+    both = by_name["both"]
+    both["incremental_hit_rate"] = {}
+    both["incremental_saved_work"] = {}
+    for single in ("input_end", "decode_end"):
+        if single in by_name:
+            delta = incremental(both, by_name[single])
+            both["incremental_hit_rate"][f"over_{single}"] = delta["reused_over_oracle"]
+            both["incremental_saved_work"][f"over_{single}"] = delta["saved_work_flops"]

@@ -1,0 +1,263 @@
+"""The replay driver: one stream through one cache under one policy, in arrival order.
+
+Events are every request's arrival (lookup, then admission) and finish (output-side states,
+then release), ordered by time, finishes first on ties; the order depends only on the
+stream, so every policy and budget replays the same interleaving. Each request leaves a
+``RequestRecord``: what matched, which checkpoint served it and who produced it, what it
+created and cost.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from boundary.cache.accounting import CacheGeometry
+from boundary.cache.hybrid import CacheConfig, CacheStats, HybridPrefixCache
+from boundary.cache.memory import Entry
+from boundary.cache.oracle import OracleCache
+from boundary.cache.request import CacheRequest
+from boundary.checkpoints import CheckpointKind
+from boundary.experiment.cost import PrefillCostModel
+from boundary.experiment.policies import RetentionPolicy
+from boundary.experiment.stream import Stream, StreamRequest
+
+
+class BudgetMode(StrEnum):
+    EQUAL_CAPACITY = "equal_capacity"  # blocks and states share one pool of the same size for every policy
+    EQUAL_CHECKPOINT_BUDGET = "equal_checkpoint_budget"  # states get the same byte budget under every policy
+
+
+# When one state answers for several logical checkpoints, the hit is credited to the first here.
+SERVING_ORDER = (
+    CheckpointKind.DECODE_END,
+    CheckpointKind.INPUT_END,
+    CheckpointKind.PROMPT_END,
+    CheckpointKind.REACTIVE,
+)
+
+
+class ProducerAge(StrEnum):
+    PREVIOUS = "previous"  # the session's previous request
+    TWO_BACK = "two_back"
+    OLDER = "older"
+    OTHER_SESSION = "other_session"  # another session's state (a shared prefix)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One request under one policy. Lengths in tokens; ``oracle``: the reusable prefix;
+    ``served_by``: the serving state's checkpoint kind (None: no hit); ``served_from_output``:
+    the state sits past its producer's prompt (a decode-side state); ``flooring_loss``: for a
+    state the same session produced, its logical position minus where it materialized."""
+
+    rid: int
+    session: str
+    turn: int
+    continuation: str
+    tool_call: bool
+    prompt_tokens: int
+    attention: int
+    recurrent: int
+    joint: int
+    junction: int
+    oracle: int
+    served_by: str | None
+    served_from_output: bool | None
+    producer_age: str | None
+    flooring_loss: int | None
+    states_created: int
+    candidates: int
+    collapsed: int
+    recached: int
+    forced_splits: int
+    avoided_flops: float
+    recompute_flops: float
+    ttft_seconds: float
+
+
+@dataclass
+class Run:
+    """One replay. ``capacity_bytes`` / ``checkpoint_budget_bytes`` as configured;
+    ``elapsed`` is the stream's simulated duration, ``wall_seconds`` the replay's cost."""
+
+    policy: str
+    budget: BudgetMode
+    unit: int
+    geometry: CacheGeometry
+    capacity_bytes: float
+    checkpoint_budget_bytes: float | None
+    records: list[RequestRecord]
+    stats: CacheStats
+    overcommits: int
+    peak_working_bytes: int
+    peak_checkpoint_bytes: int
+    elapsed: float
+    wall_seconds: float
+    output_reuse: bool = True
+    lifetimes: list[float] = field(default_factory=list)
+    survivors: int = 0
+    survivor_ages: list[float] = field(default_factory=list)
+
+    @property
+    def mean_state_bytes(self) -> float:
+        return (
+            self.stats.state_byte_seconds / self.elapsed
+            if self.elapsed > 0
+            else float(self.stats.state_bytes)
+        )
+
+    @property
+    def mean_block_bytes(self) -> float:
+        return (
+            self.stats.block_byte_seconds / self.elapsed
+            if self.elapsed > 0
+            else float(self.stats.block_bytes)
+        )
+
+
+def event_order(requests: Sequence[CacheRequest]) -> list[tuple[float, int, int]]:
+    """``(time, 0 = finish / 1 = arrival, index)``, sorted."""
+    events = [(r.arrival, 1, i) for i, r in enumerate(requests)]
+    events += [(r.finish, 0, i) for i, r in enumerate(requests)]
+    events.sort()
+    return events
+
+
+def replay_oracle(
+    requests: Sequence[CacheRequest], unit: int, events: Sequence[tuple[float, int, int]]
+) -> list[int]:
+    oracle = OracleCache(unit)
+    hits = [0] * len(requests)
+    for now, arrival, i in events:
+        if arrival:
+            hits[i] = oracle.admit(requests[i], now)
+        else:
+            oracle.finish(requests[i].rid, now)
+    return hits
+
+
+def serving_kind(state: Entry | None) -> str | None:
+    if state is None:
+        return None
+    for kind in SERVING_ORDER:
+        if kind.value in state.labels:
+            return kind.value
+    return state.labels[0] if state.labels else None
+
+
+def replay(
+    stream: Stream,
+    requests: Sequence[CacheRequest],
+    policy: RetentionPolicy,
+    config: CacheConfig,
+    cost: PrefillCostModel,
+    oracle: Sequence[int],
+    *,
+    budget: BudgetMode,
+    events: Sequence[tuple[float, int, int]],
+    check_every: int = 0,
+) -> Run:
+    """Replay ``requests`` (``stream``'s requests at the cache's unit). ``check_every > 0``
+    checks the cache's invariants every that many events (tests do; measurements don't)."""
+    cache = HybridPrefixCache(config)
+    meta = stream.requests
+    records: list[RequestRecord | None] = [None] * len(requests)
+    started = time.perf_counter()
+    last = 0.0
+    for step, (now, arrival, i) in enumerate(events):
+        last = now
+        request = requests[i]
+        if not arrival:
+            cache.finish(request.rid, now)
+        else:
+            sr = meta[i]
+            retain = policy.retain(sr)
+            admission = cache.admit(request, retain, now)
+            hit = admission.hit
+            records[i] = _record(sr, admission, hit, oracle[i], meta, cost)
+        if check_every and step % check_every == 0:
+            cache.check_invariants()
+    cache.close(last)
+    wall = time.perf_counter() - started
+    first = requests[0].arrival if requests else 0.0
+    lifetimes = [e.evicted_at - e.created_at for e in cache.stats.evicted_states if e.evicted_at is not None]
+    live = cache.live_states()
+    return Run(
+        policy=policy.name,
+        budget=budget,
+        unit=config.geometry.unit,
+        geometry=config.geometry,
+        capacity_bytes=config.capacity_bytes,
+        checkpoint_budget_bytes=config.checkpoint_budget_bytes,
+        records=[r for r in records if r is not None],
+        stats=cache.stats,
+        overcommits=cache.working.overcommits
+        + (cache.checkpoints.overcommits if cache.checkpoints is not cache.working else 0),
+        peak_working_bytes=cache.working.peak,
+        peak_checkpoint_bytes=cache.checkpoints.peak,
+        elapsed=last - first,
+        wall_seconds=wall,
+        output_reuse=config.output_reuse,
+        lifetimes=lifetimes,
+        survivors=len(live),
+        survivor_ages=[last - e.created_at for e in live],
+    )
+
+
+def _record(
+    sr: StreamRequest, admission, hit, oracle: int, meta: Sequence[StreamRequest], cost: PrefillCostModel
+) -> RequestRecord:
+    state = hit.state
+    age = loss = from_output = None
+    served = serving_kind(state)
+    if state is not None:
+        producer = meta[state.creator]
+        from_output = state.position > producer.num_prompt_tokens
+        if producer.session != sr.session:
+            age = ProducerAge.OTHER_SESSION.value
+        else:
+            back = sr.turn - producer.turn
+            age = (
+                ProducerAge.PREVIOUS
+                if back == 1
+                else ProducerAge.TWO_BACK
+                if back == 2
+                else ProducerAge.OLDER
+            ).value
+            logical = {
+                "decode_end": producer.d_end,
+                "input_end": producer.u_end,
+                "prompt_end": producer.p_end - 1,
+            }.get(served or "")
+            if logical is not None:
+                loss = logical - state.position
+    n = sr.num_prompt_tokens
+    joint = hit.joint
+    return RequestRecord(
+        rid=sr.rid,
+        session=sr.session,
+        turn=sr.turn,
+        continuation=sr.continuation.value,
+        tool_call=sr.tool_call,
+        prompt_tokens=n,
+        attention=hit.attention,
+        recurrent=hit.recurrent,
+        joint=joint,
+        junction=hit.junction,
+        oracle=oracle,
+        served_by=served,
+        served_from_output=from_output,
+        producer_age=age,
+        flooring_loss=loss,
+        states_created=len(admission.plan.states),
+        candidates=admission.plan.candidates,
+        collapsed=admission.plan.collapsed,
+        recached=admission.recached,
+        forced_splits=admission.forced_splits,
+        avoided_flops=cost.flops(0, joint),
+        recompute_flops=cost.flops(joint, n),
+        ttft_seconds=cost.seconds(joint, n),
+    )

@@ -1,0 +1,174 @@
+"""Workloads: real conversations rendered with a family's real template into request streams.
+
+    stream = build_stream("tau_bench", WorkloadOptions(family="qwen3_5", client="dropped"), cost)
+
+Shipped: ``tau_bench`` (airline tool loops, one shared system policy), ``mt_bench`` (two-turn
+chats), ``bfcl`` (multi-turn function calling, synthesised assistant turns and tool results),
+``synthetic`` (token-level sessions for scale). Anything else is read as a trace file in the
+audit's JSONL format. Rendered sessions are cached on disk (``BOUNDARY_CACHE_DIR``) under a
+key of everything that shapes them; arrival times are assigned after loading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+import boundary
+from boundary.experiment.arrivals import interleave
+from boundary.experiment.cost import PrefillCostModel
+from boundary.experiment.stream import Stream, StreamRequest
+from boundary.experiment.workloads import bfcl, mt_bench, synthetic, tau_bench
+from boundary.experiment.workloads.rendering import native_output, render_session
+from boundary.experiment.workloads.script import (
+    ClientBehaviour,
+    SessionScript,
+    SystemPromptMode,
+    with_own_system_prompt,
+    with_reasoning,
+)
+from boundary.experiment.workloads.trace import read_trace, render_trace
+from boundary.resources import cache_dir
+
+SHIPPED = ("tau_bench", "mt_bench", "bfcl", "synthetic")
+
+
+class WorkloadOptions(BaseModel):
+    """How to turn a workload into requests. ``reasoning``: add seeded synthetic reasoning to
+    every assistant turn when the template thinks (``enable_thinking`` not false);
+    ``client``: whether the client sends that reasoning back in history; ``sessions``: use
+    the first N sessions only."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    family: str = "qwen3_5"
+    variant: str | None = None
+    template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    client: ClientBehaviour = "dropped"
+    system_prompt: SystemPromptMode = "shared"
+    reasoning: bool = True
+    reasoning_words: tuple[int, int] = (40, 240)
+    seed: int = 0
+    sessions: int | None = Field(None, gt=0)
+    bfcl_categories: tuple[str, ...] = ("base",)
+    synthetic_sessions: int = Field(200, gt=0)
+    synthetic_history: Literal["drop_before_last_user", "append_only"] = "drop_before_last_user"
+    concurrency: float = Field(16.0, gt=0)
+
+
+Progress = Callable[[str], None]
+
+
+def _scripts(workload: str, options: WorkloadOptions) -> list[SessionScript]:
+    if workload == "tau_bench":
+        return tau_bench.scripts()
+    if workload == "mt_bench":
+        return mt_bench.scripts(options.seed)
+    if workload == "bfcl":
+        return bfcl.scripts(options.bfcl_categories, options.seed)
+    raise ValueError(f"unknown workload {workload!r}")
+
+
+def _thinks(fam: boundary.Family, options: WorkloadOptions) -> bool:
+    if not fam.spec.reasoning_tags:
+        return False
+    declared = fam.spec.template_kwargs.get("enable_thinking")
+    default = declared.default if declared is not None else True
+    return options.template_kwargs.get("enable_thinking", default) is not False
+
+
+def rendered_sessions(
+    workload: str, options: WorkloadOptions, *, use_cache: bool = True, progress: Progress | None = None
+) -> Stream:
+    """Every session's requests, rendered, with no arrival times (``rid`` -1)."""
+    say = progress or (lambda _msg: None)
+    if workload == "synthetic":
+        requests = [
+            r
+            for session in synthetic.sessions(
+                options.synthetic_sessions,
+                seed=options.seed,
+                client=options.client,
+                history=options.synthetic_history,
+                shared_system=options.system_prompt == "shared",
+            )
+            for r in session
+        ]
+        return Stream(
+            "synthetic",
+            {"workload": "synthetic", "output_source": "synthetic tokens", **options.model_dump(mode="json")},
+            requests,
+        )
+    fam = boundary.load_family(options.family, variant=options.variant)
+    formatter = native_output
+    render = {"variant": options.variant, **options.template_kwargs}
+    provenance: dict[str, Any] = {
+        "workload": workload if workload in SHIPPED else Path(workload).name,
+        "output_source": "boundary.outputs.format_output",
+        "template": fam.default_variant if options.variant is None else options.variant,
+        "tokenizer": fam.tokenizer.source,
+        "boundary_version": boundary.__version__,
+        **options.model_dump(mode="json", exclude={"concurrency"}),
+    }
+    if workload not in SHIPPED:
+        path = Path(workload)
+        provenance["trace_sha"] = _digest(path)
+    stream = Stream(provenance["workload"], provenance)
+    cached = cache_dir() / "experiment" / f"{stream.key()}.jsonl"
+    if use_cache and cached.is_file():
+        say(f"rendered sessions from cache {cached}")
+        return Stream.load(cached)
+    if workload not in SHIPPED:
+        lines = read_trace(Path(workload))
+        say(f"rendering {len(lines)} trace requests with {fam.name}")
+        sessions = render_trace(fam, lines, render, formatter)
+        stream.requests = [r for session in sessions.values() for r in session]
+    else:
+        scripts = _scripts(workload, options)
+        if options.sessions is not None:
+            scripts = scripts[: options.sessions]
+        synthesised = sorted({s for script in scripts for s in script.synthesised})
+        if options.reasoning and _thinks(fam, options):
+            scripts = [with_reasoning(s, options.seed, options.reasoning_words) for s in scripts]
+            synthesised.append("reasoning")
+        if options.system_prompt == "per_session":
+            scripts = [with_own_system_prompt(s, options.seed) for s in scripts]
+        provenance["synthesised"] = synthesised
+        skipped = 0
+        for k, script in enumerate(scripts):
+            if k % 20 == 0:
+                say(f"rendering session {k + 1}/{len(scripts)} with {fam.name}")
+            result = render_session(fam, script, client=options.client, render=render, formatter=formatter)
+            stream.requests.extend(result.requests)
+            skipped += result.skipped
+        provenance["skipped_model_calls"] = skipped
+    if use_cache:
+        stream.save(cached)
+    return stream
+
+
+def build_stream(
+    workload: str,
+    options: WorkloadOptions,
+    cost: PrefillCostModel,
+    *,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+) -> Stream:
+    """The workload as a stream in arrival order (``rid`` = position)."""
+    rendered = rendered_sessions(workload, options, use_cache=use_cache, progress=progress)
+    sessions: dict[str, list[StreamRequest]] = {}
+    for r in rendered.requests:
+        sessions.setdefault(r.session, []).append(r)
+    requests = interleave(list(sessions.values()), cost, concurrency=options.concurrency, seed=options.seed)
+    provenance = {**rendered.provenance, "concurrency": options.concurrency, "arrival_model": cost.model.name}
+    return Stream(rendered.name, provenance, requests)
+
+
+def _digest(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]

@@ -1,0 +1,123 @@
+"""Scripts -> requests: render each model call with the real template and tokenizer.
+
+For the assistant message at index ``i`` of a script, the request's prompt is the history
+``messages[:i]`` as the client sends it, rendered with the generation prompt (U_end and
+P_end come from that one rendering); its output is what the model generated for message
+``i`` in the family's native format, ending with the stop token (D_end is the position
+before that stop token).
+
+Outputs come from ``boundary.outputs.format_output``: the message written the way the
+model emits it (reasoning, content, tool calls in the family's native syntax, stop token),
+tokenized as generated text.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from boundary.boundaries import Rendering
+from boundary.errors import BoundaryError, RequestError
+from boundary.experiment.stream import Continuation, StreamRequest
+from boundary.experiment.workloads.script import ClientBehaviour, Message, SessionScript, client_history
+from boundary.family import Family
+from boundary.outputs import format_output
+
+
+@dataclass(frozen=True, slots=True)
+class GeneratedTokens:
+    """What the model committed for one turn; ``stopped``: the last id is a stop token."""
+
+    token_ids: list[int]
+    stopped: bool
+
+
+class OutputUnavailable(BoundaryError):
+    """The generated tokens of a turn cannot be derived."""
+
+
+OutputFormatter = Callable[
+    [Family, Rendering, Sequence[Message], Message, Any, dict[str, Any]], GeneratedTokens
+]
+
+
+def _stop_ids(fam: Family) -> set[int]:
+    ids = set()
+    for token in fam.spec.stop_tokens:
+        tid = fam.tokenizer.token_to_id(token)
+        if tid is not None:
+            ids.add(tid)
+    return ids
+
+
+def native_output(
+    fam: Family,
+    prompt: Rendering,
+    history: Sequence[Message],
+    message: Message,
+    tools: Any,
+    render: dict[str, Any],
+) -> GeneratedTokens:
+    try:
+        generated = format_output(fam, prompt, message, variant=render.get("variant"))
+    except RequestError as exc:
+        raise OutputUnavailable(exc.detail, location=exc.location) from None
+    ids = list(generated.token_ids)
+    return GeneratedTokens(ids, bool(ids) and ids[-1] in _stop_ids(fam))
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedSession:
+    requests: list[StreamRequest]
+    skipped: int  # model calls whose output could not be derived (their request is dropped)
+
+
+def render_session(
+    fam: Family,
+    script: SessionScript,
+    *,
+    client: ClientBehaviour,
+    render: dict[str, Any],
+    formatter: OutputFormatter,
+) -> RenderedSession:
+    """One request per assistant message, ``rid`` set to -1 (arrival order assigns it)."""
+    requests: list[StreamRequest] = []
+    skipped = 0
+    messages = script.messages
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        if i == 0:
+            skipped += 1
+            continue
+        history = client_history(messages[:i], client)
+        prompt = fam.render(history, tools=script.tools, add_generation_prompt=True, **render)
+        try:
+            out = formatter(fam, prompt, history, message, script.tools, render)
+        except OutputUnavailable:
+            skipped += 1
+            continue
+        n = len(prompt.token_ids)
+        tokens = array("I", prompt.token_ids)
+        tokens.extend(out.token_ids)
+        turn = len(requests)
+        if turn == 0:
+            continuation = Continuation.FIRST
+        else:
+            continuation = Continuation.TOOL if messages[i - 1]["role"] == "tool" else Continuation.USER
+        requests.append(
+            StreamRequest(
+                rid=-1,
+                session=script.name,
+                turn=turn,
+                tokens=tokens,
+                num_prompt_tokens=n,
+                u_end=prompt.u_end,
+                d_end=len(tokens) - 1 if out.stopped else len(tokens),
+                continuation=continuation,
+                tool_call=bool(message.get("tool_calls")),
+            )
+        )
+    return RenderedSession(requests, skipped)
