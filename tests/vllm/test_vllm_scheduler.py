@@ -191,3 +191,13 @@ def test_malformed_hints_are_ignored_and_counted():
     run.scheduler.add_request(vllm_request)
     assert run.scheduler.boundary_retention.plan(vllm_request.request_id) is None
     assert run.scheduler.boundary_counters.hints["rejected"] == 1
+
+
+def test_with_sub_block_hits_decode_end_stays_block_aligned():
+    # A decode state exists at a unit boundary only for the step that computes it; the state
+    # vLLM can keep is the one its block ends on.
+    a, b = turn(11, 4), turn(11, 6)
+    d_end = len(a.tokens) - 1
+    assert d_end % 4 == 0 and d_end % BLOCK
+    outcomes = replay(requests(a, b), shape(Policy.DECODE_END, prefix_match_unit=4))
+    assert hits(outcomes) == [0, d_end // BLOCK * BLOCK]
