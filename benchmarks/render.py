@@ -30,14 +30,16 @@ def requests(n_trajectories: int) -> list[list[dict]]:
     return out
 
 
-def timed(fn, items, repeat: int) -> list[float]:
-    """Best-of-``repeat`` wall time per item, in seconds."""
-    best = [float("inf")] * len(items)
+def timed(fns: dict, items: list, repeat: int) -> dict[str, list[float]]:
+    """Best-of-``repeat`` wall time per item and path, in seconds. The paths are interleaved
+    request by request, so load on the machine affects them alike."""
+    best = {name: [float("inf")] * len(items) for name in fns}
     for _ in range(repeat):
         for i, item in enumerate(items):
-            t0 = time.perf_counter()
-            fn(item)
-            best[i] = min(best[i], time.perf_counter() - t0)
+            for name, fn in fns.items():
+                t0 = time.perf_counter()
+                fn(item)
+                best[name][i] = min(best[name][i], time.perf_counter() - t0)
     return best
 
 
@@ -56,13 +58,18 @@ def main() -> None:
     for msgs, tools in prepared[:20]:  # warm caches (compiled templates) on both sides
         hf.apply_chat_template(msgs, tools=tools, add_generation_prompt=True, tokenize=True)
         fam.render_prepared(msgs, tools)
-    ref = timed(
-        lambda p: hf.apply_chat_template(p[0], tools=p[1], add_generation_prompt=True, tokenize=True),
-        prepared,
+    times = timed(
+        {
+            "ref": lambda k: hf.apply_chat_template(
+                prepared[k][0], tools=prepared[k][1], add_generation_prompt=True, tokenize=True
+            ),
+            "ours": lambda k: fam.render(reqs[k]),
+            "prepared": lambda k: fam.render_prepared(prepared[k][0], prepared[k][1]),
+        },
+        list(range(len(reqs))),
         args.repeat,
     )
-    ours = timed(lambda m: fam.render(m), reqs, args.repeat)
-    ours_prepared = timed(lambda p: fam.render_prepared(p[0], p[1]), prepared, args.repeat)
+    ref, ours, ours_prepared = times["ref"], times["ours"], times["prepared"]
     tokens = sum(len(fam.render_prepared(p[0], p[1]).token_ids) for p in prepared)
 
     def row(name: str, xs: list[float]) -> str:

@@ -17,8 +17,8 @@ from boundary.offsets import (
     Boundary,
     BoundaryStatus,
     CharOffset,
-    OffsetsTokenMap,
     PiecewiseTokenMap,
+    ShiftedTokenMap,
     Span,
     TokenMap,
     TokenOffset,
@@ -149,8 +149,7 @@ def _encode_piece(tokenizer: Tokenizer, piece: str, as_text: bool, *, first: boo
     if not first:
         enc = encode("\n" + piece)
         if enc.ids[: len(newline)] == newline:
-            offsets = [(max(s - 1, 0), max(e - 1, 0)) for s, e in enc.offsets[len(newline) :]]
-            return enc.ids[len(newline) :], OffsetsTokenMap(offsets, len(piece))
+            return enc.ids[len(newline) :], ShiftedTokenMap(enc.token_map, 1, len(newline))
     enc = encode(piece)
     return enc.ids, enc.token_map
 

@@ -10,10 +10,14 @@ Marks added:
   ``add_generation_prompt``, a call that evaluates the test twice, with the flag as passed
   and flipped, and emits a mark when the two disagree. The first such mark is where the
   rendering with the generation prompt and the one without it part ways: U_end.
-- **message start** — at the top of every loop body whose loop variable is one of the
-  request's message dicts (checked by identity at render time): the loop site and message
-  index.
-- **loop step** — at the top of every loop body, a call counting steps against the limits.
+- **message start** — at the top of every printing loop body that iterates over
+  ``messages`` (or a variable assigned from it), when the loop variable is one of the
+  request's message dicts (checked by identity at render time): the loop site and index.
+- **loop step** — at the top of every loop body, a step counted against the limits.
+
+It also routes every ``+`` through a size check (``RenderLimits.max_string_chars``).
+The callbacks are filters applied to the per-render recorder (``_bnd_rec``): jinja2 calls
+filters directly, without the sandbox's per-call checks, which keeps the overhead small.
 
 A template that reads ``add_generation_prompt`` anywhere else (a ``{% set %}``, an output
 expression, a macro body, a captured block), where a probe could not be placed soundly,
@@ -34,11 +38,13 @@ from jinja2.visitor import NodeTransformer
 
 GENERATION_FLAG = "add_generation_prompt"
 
+RECORDER = "_bnd_rec"  # the per-render recorder, passed as a template variable
 PROBE = "_bnd_probe"
 MESSAGE = "_bnd_message"
 TICK = "_bnd_tick"
 GENERATION = "_bnd_generation"
-RESERVED_NAMES = frozenset({PROBE, MESSAGE, TICK, GENERATION})
+CHECKED_ADD = "_bnd_add"
+RESERVED_NAMES = frozenset({RECORDER, PROBE, MESSAGE, TICK, GENERATION, CHECKED_ADD})
 
 # Statements whose output is captured as a value (and may be filtered) instead of printed.
 _CAPTURING = (nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.AssignBlock)
@@ -77,8 +83,10 @@ class _FlipFlag(NodeTransformer):
         return node
 
 
-def _call(name: str, args: list[nodes.Expr], lineno: int) -> nodes.Call:
-    return nodes.Call(nodes.Name(name, "load", lineno=lineno), args, [], None, None, lineno=lineno)
+def recorder_call(callback: str, args: list[nodes.Expr], lineno: int) -> nodes.Filter:
+    """``_bnd_rec|callback(*args)``: a callback on the per-render recorder."""
+    recorder = nodes.Name(RECORDER, "load", lineno=lineno)
+    return nodes.Filter(recorder, callback, args, [], None, None, lineno=lineno)
 
 
 def _unchain_elif(node: nodes.If) -> nodes.If:
@@ -92,11 +100,12 @@ def _unchain_elif(node: nodes.If) -> nodes.If:
 
 
 class _Rewriter(NodeTransformer):
-    def __init__(self) -> None:
+    def __init__(self, message_names: frozenset[str]) -> None:
         self.probes = 0
         self.message_sites = 0
         self.unavailable: str | None = None
         self._capture_depth = 0
+        self._message_names = message_names
 
     def _unavailable(self, name: nodes.Name, where: str) -> None:
         if self.unavailable is None:
@@ -133,7 +142,7 @@ class _Rewriter(NodeTransformer):
             return node
         self.probes += 1
         flipped = _FlipFlag().visit(copy.deepcopy(node.test))
-        probe = nodes.Output([_call(PROBE, [node.test, flipped], node.lineno)], lineno=node.lineno)
+        probe = nodes.Output([recorder_call(PROBE, [node.test, flipped], node.lineno)], lineno=node.lineno)
         return [probe, node]
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
@@ -141,14 +150,23 @@ class _Rewriter(NodeTransformer):
         self._check_expr(node.test, "in a for-loop's filter")
         node.body = self._visit_body(node.body)
         node.else_ = self._visit_body(node.else_)
-        head: list[nodes.Node] = [nodes.ExprStmt(_call(TICK, [], node.lineno), lineno=node.lineno)]
-        if not self._capture_depth and isinstance(node.target, nodes.Name):
+        head: list[nodes.Node] = [nodes.ExprStmt(recorder_call(TICK, [], node.lineno), lineno=node.lineno)]
+        if (
+            not self._capture_depth
+            and isinstance(node.target, nodes.Name)
+            and _reads_any(node.iter, self._message_names)
+            and any(True for _ in _outputs(node.body))
+        ):
             self.message_sites += 1
             site = nodes.Const(self.message_sites)
             item = nodes.Name(node.target.name, "load", lineno=node.lineno)
-            head.append(nodes.Output([_call(MESSAGE, [site, item], node.lineno)], lineno=node.lineno))
+            head.append(nodes.Output([recorder_call(MESSAGE, [site, item], node.lineno)], lineno=node.lineno))
         node.body = head + node.body
         return node
+
+    def visit_Add(self, node: nodes.Add) -> nodes.Filter:
+        left, right = self.visit(node.left), self.visit(node.right)
+        return nodes.Filter(left, CHECKED_ADD, [right], [], None, None, lineno=node.lineno)
 
     def _visit_body(self, body: list[nodes.Node]) -> list[nodes.Node]:
         out: list[nodes.Node] = []
@@ -164,10 +182,41 @@ class _Rewriter(NodeTransformer):
         return node
 
 
+def _reads_any(node: nodes.Node, names: frozenset[str]) -> bool:
+    if isinstance(node, nodes.Name):
+        return node.name in names
+    return any(n.name in names for n in node.find_all(nodes.Name))
+
+
+def _outputs(body: list[nodes.Node]) -> Iterator[nodes.Output]:
+    """Output statements in ``body`` that print when it runs (macro definitions excluded)."""
+    for stmt in body:
+        if isinstance(stmt, nodes.Output):
+            yield stmt
+        elif not isinstance(stmt, nodes.Macro):
+            yield from (o for o in stmt.find_all(nodes.Output))
+
+
+def _message_names(tree: nodes.Template) -> frozenset[str]:
+    """``messages`` and every variable assigned from an expression that reads it (e.g.
+    ``loop_messages = messages[1:]``): the iterables a message loop can run over."""
+    names = {"messages"}
+    assigns = [a for a in tree.find_all(nodes.Assign) if isinstance(a.target, nodes.Name)]
+    changed = True
+    while changed:
+        changed = False
+        for a in assigns:
+            if a.target.name not in names and _reads_any(a.node, frozenset(names)):
+                names.add(a.target.name)
+                changed = True
+    return frozenset(names)
+
+
 def instrument(tree: nodes.Template) -> Instrumented:
     """Rewrite ``tree`` in place (parse a fresh tree per call) and describe what was placed."""
-    used = {n.name for n in tree.find_all(nodes.Name)} & RESERVED_NAMES
-    rewriter = _Rewriter()
+    used = {n.name for n in tree.find_all(nodes.Name)} | {f.name for f in tree.find_all(nodes.Filter)}
+    used &= RESERVED_NAMES
+    rewriter = _Rewriter(_message_names(tree))
     tree = rewriter.visit(tree)
     reason = rewriter.unavailable
     if used:

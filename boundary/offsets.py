@@ -109,6 +109,22 @@ class PiecewiseTokenMap:
         return TokenOffset(self._token_starts[i] + token), CharOffset(self._char_starts[i] + at)
 
 
+class ShiftedTokenMap:
+    """The ``TokenMap`` of a text encoded behind a prefix of ``chars`` characters that encoded
+    to exactly ``tokens`` tokens, which were then dropped."""
+
+    __slots__ = ("_chars", "_inner", "_tokens")
+
+    def __init__(self, inner: TokenMap, chars: int, tokens: int) -> None:
+        self._inner, self._chars, self._tokens = inner, chars, tokens
+
+    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+        token, at = self._inner.floor(char + self._chars)
+        if token < self._tokens:
+            return TokenOffset(0), CharOffset(0)
+        return TokenOffset(token - self._tokens), CharOffset(at - self._chars)
+
+
 def locate(token_map: TokenMap, char: int) -> Boundary:
     token, at = token_map.floor(char)
     return Boundary(BoundaryStatus.FOUND, char=CharOffset(char), token=token, token_char=at)

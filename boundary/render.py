@@ -29,9 +29,16 @@ from boundary.errors import (
     TemplateLoadError,
     TemplateRenderError,
 )
-from boundary.instrumentation import GENERATION, MESSAGE, PROBE, RESERVED_NAMES, TICK, instrument
+from boundary.instrumentation import RECORDER, RESERVED_NAMES, instrument
 from boundary.offsets import CharOffset, Span
-from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox, TemplateRaised, fixed_clock
+from boundary.sandbox import (
+    DEFAULT_LIMITS,
+    Deadline,
+    RenderLimits,
+    Sandbox,
+    TemplateRaised,
+    fixed_clock,
+)
 
 _OPEN = "\U0010fff0"
 _CLOSE = "\U0010fff1"
@@ -148,10 +155,7 @@ def render_text(
         "tools": tools,
         "documents": documents,
         "add_generation_prompt": add_generation_prompt,
-        PROBE: recorder.probe,
-        MESSAGE: recorder.message,
-        TICK: recorder.deadline.tick,
-        GENERATION: recorder.generation,
+        RECORDER: recorder,
     }
     if now is not None:
         context["strftime_now"] = fixed_clock(now)

@@ -97,21 +97,40 @@ class GenerationTag(jinja2.ext.Extension):
     def parse(self, parser: jinja2.parser.Parser) -> list[nodes.Node]:
         lineno = next(parser.stream).lineno
         body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-        mark = nodes.Name("_bnd_generation", "load")
+        from boundary.instrumentation import GENERATION, recorder_call
+
         return [
-            nodes.Output([nodes.Call(mark, [nodes.Const(True)], [], None, None)]).set_lineno(lineno),
+            nodes.Output([recorder_call(GENERATION, [nodes.Const(True)], lineno)], lineno=lineno),
             *body,
-            nodes.Output([nodes.Call(mark, [nodes.Const(False)], [], None, None)]).set_lineno(lineno),
+            nodes.Output([recorder_call(GENERATION, [nodes.Const(False)], lineno)], lineno=lineno),
         ]
 
 
 _PADDING_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
 
 
+# The callbacks the instrumentation places, as filters on the per-render recorder
+# (``boundary.render._Recorder``); see ``boundary.instrumentation``.
+def _probe(recorder: Any, test: Any, flipped: Any) -> str:
+    return recorder.probe(test, flipped)
+
+
+def _message(recorder: Any, site: int, item: Any) -> str:
+    return recorder.message(site, item)
+
+
+def _tick(recorder: Any) -> str:
+    return recorder.deadline.tick()
+
+
+def _generation(recorder: Any, start: bool) -> str:
+    return recorder.generation(start)
+
+
 class Sandbox(ImmutableSandboxedEnvironment):
     """transformers' chat-template environment plus size checks on string-building operations."""
 
-    intercepted_binops = frozenset({"+", "*", "**"})
+    intercepted_binops = frozenset({"*", "**"})  # "+" is routed through _bnd_add by the instrumentation
 
     def __init__(self, limits: RenderLimits = DEFAULT_LIMITS) -> None:
         super().__init__(
@@ -124,6 +143,17 @@ class Sandbox(ImmutableSandboxedEnvironment):
         self.filters["join"] = self._checked_join(self.filters["join"])
         self.globals["raise_exception"] = raise_exception
         self.globals["strftime_now"] = strftime_now
+        from boundary import instrumentation as ins
+
+        self.filters.update(
+            {
+                ins.PROBE: _probe,
+                ins.MESSAGE: _message,
+                ins.TICK: _tick,
+                ins.GENERATION: _generation,
+                ins.CHECKED_ADD: self._checked_add,
+            }
+        )
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
         # jinja2 returns an Undefined that renders as "" until used further; a template that
@@ -138,14 +168,17 @@ class Sandbox(ImmutableSandboxedEnvironment):
             location="template",
         )
 
+    def _checked_add(self, left: Any, right: Any) -> Any:
+        if (
+            isinstance(left, (str, list))
+            and isinstance(right, (str, list))
+            and len(left) + len(right) > self.limits.max_string_chars
+        ):
+            raise self._too_big("'+'", len(left) + len(right))
+        return left + right
+
     def call_binop(self, context: jinja2.runtime.Context, op: str, left: Any, right: Any) -> Any:
         cap = self.limits.max_string_chars
-        if op == "+":
-            if isinstance(left, (str, list)) and isinstance(right, (str, list)):
-                size = len(left) + len(right)
-                if size > cap:
-                    raise self._too_big("'+'", size)
-            return left + right
         if op == "*":
             seq, times = (left, right) if isinstance(left, (str, list)) else (right, left)
             if isinstance(seq, (str, list)) and isinstance(times, int) and len(seq) * times > cap:

@@ -26,7 +26,7 @@ import tokenizers
 from pydantic import BaseModel, ConfigDict
 
 from boundary.errors import TokenizerError
-from boundary.offsets import OffsetsTokenMap, TokenMap
+from boundary.offsets import CharOffset, OffsetsTokenMap, TokenMap, TokenOffset
 from boundary.resources import cache_dir, data_dir
 
 SPECIAL_TOKEN_VARIABLES = (
@@ -43,15 +43,36 @@ _CONVERSION_VERSION = "1"  # bump when the conversion below changes
 
 @dataclass(frozen=True, slots=True)
 class Encoded:
-    """Token ids and each token's ``[start, end)`` char offsets in the encoded text."""
+    """Token ids and the map from char positions of the encoded text to token boundaries."""
 
     ids: list[int]
-    offsets: list[tuple[int, int]]
-    n_chars: int
+    token_map: TokenMap
 
-    @property
-    def token_map(self) -> TokenMap:
-        return OffsetsTokenMap(self.offsets, self.n_chars)
+
+class EncodingTokenMap:
+    """A ``TokenMap`` that asks a ``tokenizers.Encoding`` only about the positions queried,
+    instead of materializing every token's offsets."""
+
+    __slots__ = ("_enc", "_n_chars", "_n_tokens")
+
+    def __init__(self, enc: tokenizers.Encoding, n_chars: int) -> None:
+        self._enc = enc
+        self._n_chars = n_chars
+        self._n_tokens = len(enc.ids)
+
+    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+        if char >= self._n_chars:
+            return TokenOffset(self._n_tokens), CharOffset(self._n_chars)
+        token = self._enc.char_to_token(char)
+        if token is None:  # a char no token covers (dropped by normalization): use the offsets
+            return OffsetsTokenMap(self._enc.offsets, self._n_chars).floor(char)
+        start = self._enc.token_to_chars(token)[0]
+        while token > 0:  # tokens sharing a split character have no boundary between them
+            prev_start, prev_end = self._enc.token_to_chars(token - 1)
+            if prev_end <= start:
+                break
+            token, start = token - 1, prev_start
+        return TokenOffset(token), CharOffset(start)
 
 
 class Tokenizer:
@@ -83,7 +104,7 @@ class Tokenizer:
     def encode(self, text: str) -> Encoded:
         """Encode as ``apply_chat_template(tokenize=True)`` does: added tokens matched, no BOS/EOS added."""
         enc = self.backend.encode(text, add_special_tokens=False)
-        return Encoded(enc.ids, enc.offsets, len(text))
+        return Encoded(enc.ids, EncodingTokenMap(enc, len(text)))
 
     def encode_ids(self, text: str) -> list[int]:
         return self.backend.encode(text, add_special_tokens=False).ids
@@ -105,7 +126,7 @@ class Tokenizer:
         if backend.pre_tokenizer is not None:
             splits = [split for split, _ in backend.pre_tokenizer.pre_tokenize_str(normalized)]
         ids = [token.id for split in splits for token in backend.model.tokenize(split)]
-        return Encoded(ids, [(0, len(text))] * len(ids), len(text))
+        return Encoded(ids, OffsetsTokenMap([(0, len(text))] * len(ids), len(text)))
 
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from boundary.offsets import OffsetsTokenMap, PiecewiseTokenMap
+from boundary.tokenizer import EncodingTokenMap, load_vocabulary
 
 
 def test_floor_lands_on_the_deepest_clean_boundary() -> None:
@@ -31,3 +35,20 @@ def test_pieces_are_hard_cuts() -> None:
     assert m.floor(5) == (2, 5)
     assert m.floor(6) == (2, 5)
     assert m.floor(7) == (3, 7)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    text=st.text(
+        alphabet=st.sampled_from(list("ab \n\tüé日本😀👩‍👧<|>"))
+        | st.characters(codec="utf-8", exclude_categories=("Cs",)),
+        max_size=40,
+    )
+)
+def test_the_lazy_encoding_map_agrees_with_the_offsets_map(text: str) -> None:
+    backend = load_vocabulary("qwen3")
+    enc = backend.encode(text + "<|im_end|>", add_special_tokens=False)
+    n = len(text) + len("<|im_end|>")
+    lazy, full = EncodingTokenMap(enc, n), OffsetsTokenMap(enc.offsets, n)
+    for char in range(n + 1):
+        assert lazy.floor(char) == full.floor(char), char
