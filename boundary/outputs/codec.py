@@ -122,9 +122,10 @@ def _build_format(spec: FamilySpec, variant: str | None) -> OutputFormat:
     )
 
 
-def output_format(family: Family, variant: str | None = None) -> OutputFormat:
-    """The output format of ``family``'s ``variant`` (default: the family's default variant)."""
-    return _format(family.spec, variant or family.default_variant)
+def output_format(family: Family | FamilySpec, variant: str | None = None) -> OutputFormat:
+    """The output format of a family's ``variant`` (default: the family's default variant)."""
+    spec = getattr(family, "spec", family)
+    return _format(spec, variant or getattr(family, "default_variant", None) or spec.default_variant)
 
 
 def generation_suffix(prompt: Rendering) -> str:

@@ -29,8 +29,10 @@ def _normal(message: dict, *, reasoning: bool) -> dict:
     out = {"content": message.get("content") or ""}
     if reasoning and message.get("reasoning_content"):
         out["reasoning_content"] = message["reasoning_content"]
-    out["calls"] = [(c["function"]["name"], json.loads(c["function"]["arguments"]))
-                    for c in message.get("tool_calls") or ()]
+    out["calls"] = [
+        (c["function"]["name"], json.loads(c["function"]["arguments"]))
+        for c in message.get("tool_calls") or ()
+    ]
     return out
 
 
@@ -42,7 +44,7 @@ def test_a_formatted_turn_parses_back_to_the_message_it_was_written_from(name, v
     message = messages[index]
     fmt = output_format(fam, variant)
     if message.get("tool_calls") and fmt.syntax is None and not fmt.harmony:
-        with pytest.raises(RequestError, match="message.tool_calls"):
+        with pytest.raises(RequestError, match=r"message\.tool_calls"):
             format_output(fam, prompt, message, variant=variant)
         return
     if fmt.harmony and len(message.get("tool_calls") or ()) > 1:
@@ -56,8 +58,11 @@ def test_a_formatted_turn_parses_back_to_the_message_it_was_written_from(name, v
     parsed = parse_output(fam, out.token_ids, prompt, tools=tools, variant=variant)
     assert parsed.status is OutputStatus.COMPLETE, parsed.problem
     assert parsed.stop_token == out.stop_token
-    writes_reasoning = fmt.harmony or (fmt.think is not None and not out.text.startswith(fmt.think.close_tag)
-                                       and "</think>" not in prompt.text[prompt.input_end.char:])
+    writes_reasoning = fmt.harmony or (
+        fmt.think is not None
+        and not out.text.startswith(fmt.think.close_tag)
+        and "</think>" not in prompt.text[prompt.input_end.char :]
+    )
     assert _normal(parsed.message, reasoning=writes_reasoning) == _normal(message, reasoning=writes_reasoning)
 
 
@@ -76,7 +81,9 @@ def test_qwen3_5_writes_reasoning_after_the_prefilled_think_and_closes_it_as_its
 def test_with_thinking_off_the_prefilled_empty_block_leaves_only_the_answer():
     fam = family("qwen3_5")
     prompt = fam.render([{"role": "user", "content": "Hi"}], enable_thinking=False)
-    out = format_output(fam, prompt, {"role": "assistant", "reasoning_content": "unused", "content": "Hello."})
+    out = format_output(
+        fam, prompt, {"role": "assistant", "reasoning_content": "unused", "content": "Hello."}
+    )
     assert out.text == "Hello.<|im_end|>"
     assert parse_output(fam, out.token_ids, prompt).message == {"role": "assistant", "content": "Hello."}
 
@@ -92,28 +99,63 @@ def test_tool_call_arguments_are_written_exactly_as_given():
     fam = family("qwen3")
     prompt = fam.render([{"role": "user", "content": "Weather?"}])
     args = '{"city":"Oslo",  "days":[1,2]}'
-    out = format_output(fam, prompt, {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": args}}]})
+    out = format_output(
+        fam,
+        prompt,
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "get_weather", "arguments": args}}
+            ],
+        },
+    )
     assert out.text == f'<tool_call>\n{{"name": "get_weather", "arguments": {args}}}\n</tool_call><|im_end|>'
     parsed = parse_output(fam, out.text, prompt)
     assert parsed.tool_calls[0]["function"]["arguments"] == args
     arguments = next(r for r in parsed.regions if r.kind is RegionKind.ARGUMENTS)
-    assert parsed.text[arguments.start:arguments.end] == args
+    assert parsed.text[arguments.start : arguments.end] == args
 
 
 def test_xml_parameters_are_typed_by_the_tool_schema_and_left_as_strings_without_one():
     fam = family("qwen3_5")
-    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {
-        "n": {"type": "integer"}, "ok": {"type": "boolean"}, "tags": {"type": "array"}, "s": {"type": "string"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "n": {"type": "integer"},
+                        "ok": {"type": "boolean"},
+                        "tags": {"type": "array"},
+                        "s": {"type": "string"},
+                    },
+                },
+            },
+        }
+    ]
     prompt = fam.render([{"role": "user", "content": "go"}], tools=tools)
-    text = ("\n</think>\n\n<tool_call>\n<function=f>\n<parameter=n>\n3\n</parameter>\n<parameter=ok>\ntrue\n"
-            "</parameter>\n<parameter=tags>\n[1,2]\n</parameter>\n<parameter=s>\n007\n</parameter>\n</function>\n"
-            "</tool_call><|im_end|>")
+    text = (
+        "\n</think>\n\n<tool_call>\n<function=f>\n<parameter=n>\n3\n</parameter>\n<parameter=ok>\ntrue\n"
+        "</parameter>\n<parameter=tags>\n[1,2]\n</parameter>\n<parameter=s>\n007\n</parameter>\n</function>\n"
+        "</tool_call><|im_end|>"
+    )
     typed = parse_output(fam, text, prompt, tools=tools)
-    assert json.loads(typed.tool_calls[0]["function"]["arguments"]) == {"n": 3, "ok": True, "tags": [1, 2], "s": "007"}
+    assert json.loads(typed.tool_calls[0]["function"]["arguments"]) == {
+        "n": 3,
+        "ok": True,
+        "tags": [1, 2],
+        "s": "007",
+    }
     untyped = parse_output(fam, text, prompt)
     assert json.loads(untyped.tool_calls[0]["function"]["arguments"]) == {
-        "n": "3", "ok": "true", "tags": "[1,2]", "s": "007"}
+        "n": "3",
+        "ok": "true",
+        "tags": "[1,2]",
+        "s": "007",
+    }
 
 
 def test_an_output_cut_off_inside_a_tool_call_is_truncated_not_an_exception():
@@ -127,8 +169,9 @@ def test_an_output_cut_off_inside_a_tool_call_is_truncated_not_an_exception():
 def test_bad_tool_call_json_before_the_stop_token_is_malformed_with_its_reason():
     fam = family("qwen3")
     prompt = fam.render([{"role": "user", "content": "Weather?"}])
-    parsed = parse_output(fam, '<tool_call>\n{"name": "get_weather", "arguments": {city}}\n</tool_call><|im_end|>',
-                          prompt)
+    parsed = parse_output(
+        fam, '<tool_call>\n{"name": "get_weather", "arguments": {city}}\n</tool_call><|im_end|>', prompt
+    )
     assert parsed.status is OutputStatus.MALFORMED
     assert parsed.problem.startswith("tool call 0: not a JSON object")
     assert parsed.tool_calls == []
@@ -146,10 +189,25 @@ def test_reasoning_that_never_closes_before_the_stop_is_malformed():
 def test_gpt_oss_writes_analysis_then_a_commentary_call_ending_in_call():
     fam = family("gpt_oss")
     prompt = fam.render([{"role": "user", "content": "Weather?"}], now=FIXED_NOW)
-    out = format_output(fam, prompt, {"role": "assistant", "reasoning_content": "Need weather.", "tool_calls": [
-        {"id": "x", "type": "function", "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]})
-    assert out.text == ("<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
-                        'to=functions.get_weather <|constrain|>json<|message|>{"city":"Oslo"}<|call|>')
+    out = format_output(
+        fam,
+        prompt,
+        {
+            "role": "assistant",
+            "reasoning_content": "Need weather.",
+            "tool_calls": [
+                {
+                    "id": "x",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                }
+            ],
+        },
+    )
+    assert out.text == (
+        "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.get_weather <|constrain|>json<|message|>{"city":"Oslo"}<|call|>'
+    )
     parsed = parse_output(fam, out.token_ids, prompt)
     assert parsed.ok and parsed.reasoning == "Need weather."
     assert parsed.tool_calls[0]["function"] == {"name": "get_weather", "arguments": '{"city":"Oslo"}'}
@@ -164,12 +222,28 @@ def test_gpt_oss_reads_the_header_order_its_template_writes():
 
 def test_kimi_numbers_tool_call_ids_across_the_conversation():
     fam = family("kimi_linear")
-    history = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-        {"role": "tool", "tool_call_id": "functions.f:0", "content": "ok"}]
+    history = [
+        {"role": "user", "content": "a"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"id": "functions.f:0", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "functions.f:0", "content": "ok"},
+    ]
     prompt = fam.render(history)
-    out = format_output(fam, prompt, {"role": "assistant", "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": "g", "arguments": "{}"}}]})
+    out = format_output(
+        fam,
+        prompt,
+        {
+            "role": "assistant",
+            "tool_calls": [
+                {"id": "call_1", "type": "function", "function": {"name": "g", "arguments": "{}"}}
+            ],
+        },
+    )
     assert "<|tool_call_begin|>functions.g:1<|tool_call_argument_begin|>{}" in out.text
     assert parse_output(fam, out.text, prompt).tool_calls[0]["id"] == "functions.g:1"
 
@@ -177,16 +251,24 @@ def test_kimi_numbers_tool_call_ids_across_the_conversation():
 def test_a_message_that_is_not_an_assistant_turn_is_a_request_error():
     fam = family("qwen3")
     prompt = fam.render([{"role": "user", "content": "a"}])
-    with pytest.raises(RequestError, match="message.role"):
+    with pytest.raises(RequestError, match=r"message\.role"):
         format_output(fam, prompt, {"role": "user", "content": "b"})
     with pytest.raises(RequestError, match=r"message.tool_calls\[0\].function.arguments"):
-        format_output(fam, prompt, {"role": "assistant", "tool_calls": [
-            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "[1]"}}]})
+        format_output(
+            fam,
+            prompt,
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"id": "a", "type": "function", "function": {"name": "f", "arguments": "[1]"}}
+                ],
+            },
+        )
 
 
 def test_generated_ids_end_in_the_stop_token_as_one_id():
     fam = boundary.load_family("qwen3_5")
     prompt = fam.render([{"role": "user", "content": "a"}], enable_thinking=False)
     out = format_output(fam, prompt, {"role": "assistant", "content": "b"})
-    assert out.token_ids == fam.tokenizer.encode_ids("b") + [fam.tokenizer.token_to_id("<|im_end|>")]
+    assert out.token_ids == [*fam.tokenizer.encode_ids("b"), fam.tokenizer.token_to_id("<|im_end|>")]
     assert out.body == "b"

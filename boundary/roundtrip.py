@@ -1,0 +1,503 @@
+"""D_end round trip: will the committed generated tokens be a token prefix of the next request?
+
+``verify_round_trip`` renders the request, reads the generated ids back into the assistant
+message a frontend appends, and compares ``prompt + generated`` with the next request: the
+one given, or, without it, the continuations that matter (a tool result when the turn calls
+tools, a new user message). For each it reports the logical D_end, whether it round-trips,
+the first divergent token and its cause, and the deepest reusable checkpoint among P_end,
+U_end and D_end materialized for a ``prefix_match_unit``.
+
+D_end counts committed generated tokens only; a trailing run of stop/control tokens is kept
+exactly as far as the next rendering reproduces it (gpt-oss writes ``<|end|>`` where the model
+wrote ``<|return|>``: that token is excluded). Comparing against a concrete next request
+measures agreement; it is never used to guess where the history ends.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Literal
+
+from boundary.boundaries import Rendering
+from boundary.checkpoints import Checkpoint, CheckpointKind
+from boundary.offsets import BoundaryStatus
+from boundary.outputs import GeneratedOutput, ParsedOutput, RegionKind, output_format, parse_output
+from boundary.outputs.model import OutputStatus
+
+if TYPE_CHECKING:
+    from boundary.family import Family
+    from boundary.outputs.codec import OutputFormat
+
+
+class Cause(StrEnum):
+    """Why the next request stops agreeing with ``prompt + generated``."""
+
+    HIDDEN_REASONING_DROPPED = "hidden_reasoning_dropped"  # reasoning is not rendered in history
+    EMPTY_THINK_BLOCK = "empty_think_block"  # an empty think block is dropped or added
+    TOOL_CALL_RESERIALIZED = (
+        "tool_call_reserialized"  # arguments re-written: JSON spacing, key order, value form
+    )
+    WHITESPACE = "whitespace"  # whitespace or newlines differ
+    STOP_TOKEN = "stop_token"  # the stop token is rendered differently
+    ROLE_HEADER = "role_header"  # the turn or message header is written differently
+    SYSTEM_PROMPT = "system_prompt"  # a date or default system prompt changed the start
+    BPE_REMERGE = "bpe_remerge"  # same text, different tokens: BPE merged across the boundary
+    PARSE_FAILURE = "parse_failure"  # the output could not be read back (malformed or cut off)
+    HISTORY_EDITED = "history_edited"  # the next request changes an earlier message
+    OTHER = "other"
+
+
+class Tail(StrEnum):
+    """What became of the trailing stop/control tokens of the generated ids."""
+
+    NONE = "none"  # the ids end without one
+    KEPT = "kept"  # the next rendering reproduces them: inside D_end
+    REWRITTEN = "rewritten"  # the next rendering writes something else there: excluded from D_end
+    NOT_REACHED = "not_reached"  # the turn diverged before them: excluded from D_end
+
+
+Continuation = Literal["given", "tool_result", "new_user", "final_answer"]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientHabits:
+    """How the client builds the next request from the parsed turn.
+
+    ``echo_reasoning``: it sends ``reasoning_content`` back (many OpenAI clients drop it).
+    ``arguments``: tool-call arguments reach the template as objects (what vLLM passes) or as
+    the JSON text the model wrote; None keeps the family's default.
+    """
+
+    echo_reasoning: bool = True
+    arguments: Literal["object", "string"] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContinuationCheck:
+    """``prompt + generated`` against one next request.
+
+    ``reusable_length`` is the token longest common prefix with the next request;
+    ``diverged_at`` is that index when the kept turn does not fit (else None).
+    """
+
+    continuation: Continuation
+    d_end: int
+    round_trips: bool
+    diverged_at: int | None
+    reusable_length: int
+    cause: Cause | None
+    detail: str | None
+    best_checkpoint: Checkpoint | None
+    tail: Tail
+    next_rendering: Rendering = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class RoundTrip:
+    """The verdict for one generated turn.
+
+    The top-level fields describe ``continuation``: the given next request, or without one
+    the expected continuation (a tool result when the turn calls tools, else a new user
+    message). ``probes`` holds every continuation checked. ``checkpoints`` are P_end, U_end
+    (when found) and D_end, materialized for ``unit``.
+    """
+
+    d_end: int
+    round_trips: bool
+    diverged_at: int | None
+    cause: Cause | None
+    detail: str | None
+    best_checkpoint: Checkpoint | None
+    reusable_length: int
+    continuation: Continuation
+    tail: Tail
+    checkpoints: tuple[Checkpoint, ...]
+    probes: tuple[ContinuationCheck, ...]
+    parsed: ParsedOutput
+    prompt: Rendering = field(repr=False, compare=False)
+    generated: list[int] = field(repr=False, compare=False)
+
+    def probe(self, continuation: Continuation) -> ContinuationCheck | None:
+        return next((p for p in self.probes if p.continuation == continuation), None)
+
+
+# -- the comparison --------------------------------------------------------------------------
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """The length of the longest common prefix of two id sequences."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + 512)
+        if a[lo:hi] != b[lo:hi]:
+            return next(i for i in range(lo, hi) if a[i] != b[i])
+        lo = hi
+    return n
+
+
+def trailing_controls(ids: Sequence[int], control_ids: frozenset[int]) -> int:
+    """How many of the last ids are stop/control tokens."""
+    n = 0
+    while n < len(ids) and ids[len(ids) - 1 - n] in control_ids:
+        n += 1
+    return n
+
+
+def control_ids(family: Family, fmt: OutputFormat) -> frozenset[int]:
+    ids = (family.tokenizer.token_to_id(t) for t in (*fmt.stop_tokens, "<|end|>" if fmt.harmony else ""))
+    return frozenset(i for i in ids if i is not None)
+
+
+def check_continuation(
+    family: Family,
+    prompt: Rendering,
+    generated: Sequence[int],
+    parsed: ParsedOutput,
+    next_rendering: Rendering,
+    *,
+    continuation: Continuation,
+    unit: int = 1,
+    history_same: bool = True,
+    variant: str | None = None,
+) -> ContinuationCheck:
+    """Compare ``prompt + generated`` with ``next_rendering`` (already rendered)."""
+    fmt = output_format(family, variant)
+    p = len(prompt.token_ids)
+    seq = prompt.token_ids + list(generated)
+    nxt = next_rendering.token_ids
+    lcp = common_prefix(seq, nxt)
+    trailing = trailing_controls(generated, control_ids(family, fmt))
+    body = len(generated) - trailing
+    if lcp >= p + body:
+        d_end = min(len(generated), lcp - p)
+        tail = Tail.NONE if not trailing else Tail.KEPT if d_end == len(generated) else Tail.REWRITTEN
+    else:
+        d_end = body
+        tail = Tail.NOT_REACHED if trailing else Tail.NONE
+    round_trips = lcp >= p + d_end
+    cause = detail = None
+    if not round_trips:
+        cause, detail = classify(family, fmt, prompt, generated, parsed, next_rendering, lcp, history_same)
+    best = best_checkpoint(prompt, d_end, lcp, unit)
+    return ContinuationCheck(
+        continuation,
+        d_end,
+        round_trips,
+        None if round_trips else lcp,
+        lcp,
+        cause,
+        detail,
+        best,
+        tail,
+        next_rendering,
+    )
+
+
+def checkpoints(prompt: Rendering, d_end: int, unit: int) -> tuple[Checkpoint, ...]:
+    """P_end, U_end (when found) and D_end of one turn, materialized for ``unit``."""
+    out = [Checkpoint.at(CheckpointKind.PROMPT_END, prompt.p_end, unit)]
+    if prompt.u_end is not None:
+        out.append(Checkpoint.at(CheckpointKind.INPUT_END, prompt.u_end, unit))
+    out.append(Checkpoint.at(CheckpointKind.DECODE_END, prompt.p_end + d_end, unit))
+    return tuple(out)
+
+
+_PREFERENCE = {CheckpointKind.DECODE_END: 0, CheckpointKind.PROMPT_END: 1, CheckpointKind.INPUT_END: 2}
+
+
+def best_checkpoint(prompt: Rendering, d_end: int, reusable: int, unit: int) -> Checkpoint | None:
+    """The deepest checkpoint whose materialized state is a prefix of the next request
+    (a state at ``n`` represents exactly ``tokens[0:n]``); None when none is past token 0."""
+    usable = [c for c in checkpoints(prompt, d_end, unit) if 0 < c.position <= reusable]
+    if not usable:
+        return None
+    return min(usable, key=lambda c: (-c.position, _PREFERENCE[c.kind]))
+
+
+# -- causes -----------------------------------------------------------------------------------
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2} \w+ \d{4}|\w+ \d{1,2}, \d{4}")
+_WS = re.compile(r"\s+")
+
+
+def _without_space(text: str, limit: int) -> str:
+    return _WS.sub("", text[: limit * 4])[:limit]
+
+
+def _whitespace_only(a: str, b: str) -> bool:
+    """The two texts differ at their start only by whitespace (judged on what follows)."""
+    n = min(64, len(_WS.sub("", a)), len(_WS.sub("", b)))
+    return n > 0 and _without_space(a, n) == _without_space(b, n)
+
+
+def _char_of(family: Family, ids: Sequence[int]) -> int:
+    return len(family.tokenizer.decode(list(ids)))
+
+
+def classify(
+    family: Family,
+    fmt: OutputFormat,
+    prompt: Rendering,
+    generated: Sequence[int],
+    parsed: ParsedOutput,
+    nxt: Rendering,
+    lcp: int,
+    history_same: bool = True,
+) -> tuple[Cause, str]:
+    """Name the cause of the first divergence at token ``lcp``."""
+    p = len(prompt.token_ids)
+    seq = prompt.token_ids + list(generated)
+    a = prompt.text + parsed.text
+    b = nxt.text
+    c = 0
+    limit = min(len(a), len(b))
+    while c < limit and a[c] == b[c]:
+        c += 1
+    start = (
+        _char_of(family, seq[:lcp]) if lcp < p else len(prompt.text) + _char_of(family, generated[: lcp - p])
+    )
+    end_a = start + len(family.tokenizer.decode(seq[lcp : lcp + 1]))
+    end_b = start + len(family.tokenizer.decode(nxt.token_ids[lcp : lcp + 1]))
+    if c >= max(end_a, end_b) or (c >= len(a) and len(a) <= len(b)):
+        return Cause.BPE_REMERGE, (
+            f"the text agrees but token {lcp} differs: {family.tokenizer.decode(seq[lcp : lcp + 1])!r} here, "
+            f"{family.tokenizer.decode(nxt.token_ids[lcp : lcp + 1])!r} in the next request"
+        )
+    if parsed.status is not OutputStatus.COMPLETE and c >= len(prompt.text):
+        return Cause.PARSE_FAILURE, f"{parsed.status.value}: {parsed.problem}"
+    c = _tag_start(a, c)
+    here, there = a[c : c + 40], b[c : c + 40]
+    shown = f"{here!r} here, {there!r} in the next request"
+    think = fmt.think
+    u_char = prompt.input_end.char if prompt.input_end.status is BoundaryStatus.FOUND else len(prompt.text)
+    assert u_char is not None
+    if think is not None:
+        empty = re.compile(rf"\s*{re.escape(think.open_tag)}\s*{re.escape(think.close_tag)}")
+        in_a, in_b = bool(empty.match(a, c)), bool(empty.match(b, c))
+        if in_a != in_b:
+            return (
+                Cause.EMPTY_THINK_BLOCK,
+                f"an empty think block is {'dropped' if in_a else 'added'}: {shown}",
+            )
+    if c < u_char:
+        return _classify_history(prompt, fmt, a, c, history_same, shown)
+    if c < len(prompt.text):
+        opened = prompt.text.find(think.open_tag, u_char) if think is not None else -1
+        if 0 <= opened <= c:
+            if parsed.reasoning:
+                return (
+                    Cause.HIDDEN_REASONING_DROPPED,
+                    f"the turn's reasoning is not rendered in history: {shown}",
+                )
+            return Cause.EMPTY_THINK_BLOCK, f"the pre-filled think block is not rendered in history: {shown}"
+        if _whitespace_only(a[c:], b[c:]):
+            return Cause.WHITESPACE, shown
+        return Cause.ROLE_HEADER, f"the assistant header is written differently in history: {shown}"
+    g = c - len(prompt.text)
+    kinds = [r.kind for r in parsed.regions_at(g)]
+    if RegionKind.REASONING in kinds:
+        if not parsed.reasoning:
+            return (
+                Cause.EMPTY_THINK_BLOCK,
+                f"the empty think block is written differently in history: {shown}",
+            )
+        if _whitespace_only(a[c:], b[c:]):
+            return Cause.WHITESPACE, f"around the reasoning: {shown}"
+        return Cause.HIDDEN_REASONING_DROPPED, f"the turn's reasoning is not rendered in history: {shown}"
+    if RegionKind.ARGUMENTS in kinds:
+        return Cause.TOOL_CALL_RESERIALIZED, f"{_arguments_change(parsed, g, b, len(prompt.text))}: {shown}"
+    if RegionKind.TOOL_CALL in kinds:
+        if _whitespace_only(a[c:], b[c:]):
+            return Cause.WHITESPACE, f"in a tool call's framing: {shown}"
+        if fmt.harmony:
+            return Cause.ROLE_HEADER, f"the tool call's header is written in another order: {shown}"
+        return Cause.TOOL_CALL_RESERIALIZED, f"the tool call is written differently: {shown}"
+    if RegionKind.STOP in kinds:
+        return Cause.STOP_TOKEN, shown
+    if _whitespace_only(a[c:], b[c:]):
+        return Cause.WHITESPACE, shown
+    if fmt.harmony and "<|channel|>" in here and "<|channel|>" in there:
+        return Cause.ROLE_HEADER, f"the message header is written differently: {shown}"
+    return Cause.OTHER, shown
+
+
+def _classify_history(
+    prompt: Rendering, fmt: OutputFormat, a: str, c: int, history_same: bool, shown: str
+) -> tuple[Cause, str]:
+    if not history_same:
+        return Cause.HISTORY_EDITED, f"the next request changes an earlier message: {shown}"
+    starts = [s for s in prompt.message_starts if s is not None]
+    first_turn = starts[1] if len(starts) > 1 else (starts[0] if starts else 0)
+    window = a[max(0, c - 24) : c + 24]
+    if c < first_turn or not starts:
+        if _DATE.search(window):
+            return Cause.SYSTEM_PROMPT, f"the date in the system prompt changed: {shown}"
+        if c < first_turn:
+            return Cause.SYSTEM_PROMPT, f"the system prompt changed: {shown}"
+    think = fmt.think
+    if think is not None:
+        opened = a.rfind(think.open_tag, 0, c + len(think.open_tag))
+        closed = a.find(think.close_tag, max(opened, 0))
+        if opened >= 0 and closed >= c - len(think.close_tag):
+            body = a[opened + len(think.open_tag) : closed]
+            if body.strip():
+                return Cause.HIDDEN_REASONING_DROPPED, f"an earlier turn's reasoning is dropped: {shown}"
+            return Cause.EMPTY_THINK_BLOCK, f"an earlier turn's empty think block is dropped: {shown}"
+    if fmt.harmony and "<|channel|>analysis" in a[max(0, c - 12) : c + 20]:
+        return Cause.HIDDEN_REASONING_DROPPED, f"an earlier turn's analysis is dropped: {shown}"
+    return Cause.OTHER, f"the template renders earlier history differently: {shown}"
+
+
+def _arguments_change(parsed: ParsedOutput, g: int, b: str, offset: int) -> str:
+    """How the re-rendered arguments differ from the written ones (both read from the
+    arguments' start, where the two texts still agree)."""
+    region = next(r for r in parsed.regions_at(g) if r.kind is RegionKind.ARGUMENTS)
+    written = parsed.text[region.start : region.end]
+    there = b[offset + region.start :]
+    try:
+        ours = json.loads(written)
+        theirs, _ = json.JSONDecoder().raw_decode(there)
+    except (json.JSONDecodeError, ValueError):
+        compact = _WS.sub("", written)
+        same = _WS.sub("", there[: len(written) * 2]).startswith(compact)
+        return "spacing" if same else "value form (a value is written differently)"
+    if ours == theirs and isinstance(ours, dict) and isinstance(theirs, dict):
+        return "JSON spacing" if list(ours) == list(theirs) else "JSON key order"
+    return "value form (the arguments are written as another value)"
+
+
+def _tag_start(text: str, c: int) -> int:
+    """Move ``c`` back to the start of a control tag (``<...>``) it falls inside, if any."""
+    lt = text.rfind("<", max(0, c - 32), c)
+    if lt >= 0 and ">" not in text[lt:c]:
+        return lt
+    return c
+
+
+# -- the entry point --------------------------------------------------------------------------
+
+
+def _appended(parsed: ParsedOutput, habits: ClientHabits) -> dict[str, Any]:
+    message = dict(parsed.message)
+    if not habits.echo_reasoning:
+        message.pop("reasoning_content", None)
+    return message
+
+
+def continuation_messages(
+    messages: Sequence[Mapping[str, Any] | Any],
+    appended: Mapping[str, Any],
+    continuation: Continuation,
+) -> list[Any]:
+    """A plausible next request: the request, the appended turn, and what follows it."""
+    calls = appended.get("tool_calls") or []
+    out = [*messages, dict(appended)]
+    results = [{"role": "tool", "tool_call_id": c["id"], "content": "{}"} for c in calls]
+    if continuation == "tool_result":
+        return out + results
+    if continuation == "new_user":
+        return out + results + [{"role": "user", "content": "Thanks."}]
+    if continuation == "final_answer":
+        return (
+            out
+            + results
+            + [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "Thanks."}]
+        )
+    raise ValueError(f"no messages for continuation {continuation!r}")
+
+
+def verify_round_trip(
+    family: Family,
+    messages: Sequence[Mapping[str, Any] | Any],
+    generated: Sequence[int] | GeneratedOutput,
+    next_messages: Sequence[Mapping[str, Any] | Any] | None = None,
+    *,
+    tools: Sequence[Mapping[str, Any] | Any] | None = None,
+    next_tools: Sequence[Mapping[str, Any] | Any] | None = None,
+    unit: int = 1,
+    variant: str | None = None,
+    habits: ClientHabits = ClientHabits(),
+    now: datetime | None = None,
+    next_now: datetime | None = None,
+    **template_kwargs: Any,
+) -> RoundTrip:
+    """Verify that the committed ``generated`` ids of the turn answering ``messages`` are a
+    token prefix of the next request (``next_messages``, or the probed continuations)."""
+    ids = list(generated.token_ids if isinstance(generated, GeneratedOutput) else generated)
+    render_kwargs: dict[str, Any] = {"variant": variant, "arguments": habits.arguments, **template_kwargs}
+    prompt = family.render(messages, tools, True, now=now, **render_kwargs)
+    parsed = parse_output(family, ids, prompt, tools=tools, variant=variant)
+    checks: list[ContinuationCheck] = []
+    if next_messages is not None:
+        nxt = family.render(
+            next_messages,
+            next_tools if next_tools is not None else tools,
+            True,
+            now=next_now or now,
+            **render_kwargs,
+        )
+        same = _history_same(family, messages, next_messages, habits)
+        checks.append(
+            check_continuation(
+                family,
+                prompt,
+                ids,
+                parsed,
+                nxt,
+                continuation="given",
+                unit=unit,
+                history_same=same,
+                variant=variant,
+            )
+        )
+    else:
+        wanted: list[Continuation] = ["tool_result", "new_user"] if parsed.tool_calls else ["new_user"]
+        appended = _appended(parsed, habits)
+        for continuation in wanted:
+            nxt = family.render(
+                continuation_messages(messages, appended, continuation),
+                tools,
+                True,
+                now=next_now or now,
+                **render_kwargs,
+            )
+            checks.append(
+                check_continuation(
+                    family, prompt, ids, parsed, nxt, continuation=continuation, unit=unit, variant=variant
+                )
+            )
+    main = checks[0]
+    return RoundTrip(
+        d_end=main.d_end,
+        round_trips=main.round_trips,
+        diverged_at=main.diverged_at,
+        cause=main.cause,
+        detail=main.detail,
+        best_checkpoint=main.best_checkpoint,
+        reusable_length=main.reusable_length,
+        continuation=main.continuation,
+        tail=main.tail,
+        checkpoints=checkpoints(prompt, main.d_end, unit),
+        probes=tuple(checks),
+        parsed=parsed,
+        prompt=prompt,
+        generated=ids,
+    )
+
+
+def _history_same(
+    family: Family, messages: Sequence[Any], next_messages: Sequence[Any], habits: ClientHabits
+) -> bool:
+    if len(next_messages) < len(messages):
+        return False
+    ours, _ = family.prepare(messages, arguments=habits.arguments)
+    theirs, _ = family.prepare(list(next_messages)[: len(messages)], arguments=habits.arguments)
+    return ours == theirs
