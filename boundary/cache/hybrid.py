@@ -34,7 +34,8 @@ class CacheConfig:
     pool; else retained states get exactly this many bytes and blocks the rest.
     ``max_chunk_tokens``: the scheduler's ``max_num_batched_tokens``. ``output_reuse``: False
     models prefill/decode disaggregation without a decode-to-prefill path: the prefill side
-    never sees output KV or output-side states."""
+    never sees output KV or output-side states. ``output_at_unit``: output-side checkpoints
+    materialize at unit boundaries instead of block boundaries (see ``retention``)."""
 
     geometry: CacheGeometry
     capacity_bytes: float
@@ -43,6 +44,7 @@ class CacheConfig:
     max_chunk_tokens: int = 8192
     eviction: Callable[[], EvictionPolicy] = LRU
     output_reuse: bool = True
+    output_at_unit: bool = False
 
     def __post_init__(self) -> None:
         budget = self.checkpoint_budget_bytes
@@ -171,6 +173,7 @@ class HybridPrefixCache:
             num_prompt_tokens=request.num_prompt_tokens,
             geometry=g,
             junction_at_unit=self.config.junction_at_unit,
+            output_at_unit=self.config.output_at_unit,
         )
         created: list[Entry] = []
         recached = 0

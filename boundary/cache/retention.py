@@ -8,6 +8,13 @@ boundary with ``prefix_cache_retention_interval=0``:
 - its block-aligned twin ``floor(position / block_size) * block_size`` (the reachable-block
   mask keeps the state block ending there; the same position when ``unit == block_size``).
 
+A position in the output (past the prompt) exists only where decoding produced a state: in
+vLLM align mode that is a block boundary (a block fills, the running state moves on). So by
+default an output-side checkpoint materializes at ``floor(logical / block_size) *
+block_size``, and only when that is still in the output (the vLLM integration holds exactly
+these); ``output_at_unit`` models an engine that snapshots every unit boundary while
+decoding, materializing output-side checkpoints like prompt-side ones.
+
 A reactive junction (vLLM ``shared_prefix_boundary``, the attention match beyond the joint
 hit) keeps the block-floored state only, unless ``junction_at_unit`` (vLLM's
 ``--enable-mamba-shared-prefix-checkpoint``) keeps the exact unit position as well.
@@ -56,6 +63,7 @@ def plan_retention(
     num_prompt_tokens: int,
     geometry: CacheGeometry,
     junction_at_unit: bool = False,
+    output_at_unit: bool = False,
 ) -> RetentionPlan:
     unit, block = geometry.unit, geometry.block_size
     kinds: dict[int, list[CheckpointKind]] = {}
@@ -71,7 +79,10 @@ def plan_retention(
 
     for r in retain:
         candidates += 1
-        position = max(r.anchor, 0) // unit * unit
+        in_output = r.anchor > num_prompt_tokens and not output_at_unit
+        position = max(r.anchor, 0) // (block if in_output else unit) * (block if in_output else unit)
+        if in_output and position < num_prompt_tokens:
+            position = 0  # no block boundary was crossed while decoding: no state
         if position in primaries:
             collapsed += 1
         primaries.add(position)

@@ -13,6 +13,7 @@ import importlib
 import sys
 
 COMMANDS = {
+    "experiment": "boundary.cli.experiment",
     "render": "boundary.cli.render",
 }
 

@@ -46,6 +46,7 @@ class ExperimentConfig(BaseModel):
     checkpoint_budget_gib: float | None = Field(None, gt=0)
     max_chunk_tokens: int = Field(8192, gt=0)
     junction_at_unit: bool = False
+    output_at_unit: bool = False
     utilization: float = Field(0.4, gt=0, le=1)
     disaggregation: bool = True
 
@@ -209,7 +210,11 @@ def run_unit(
     oracle_hits = replay_oracle(requests, geometry.unit, events)
     capacity = config.capacity_gib * GIB
     base_config = CacheConfig(
-        geometry, capacity, junction_at_unit=config.junction_at_unit, max_chunk_tokens=config.max_chunk_tokens
+        geometry,
+        capacity,
+        junction_at_unit=config.junction_at_unit,
+        max_chunk_tokens=config.max_chunk_tokens,
+        output_at_unit=config.output_at_unit,
     )
 
     def run(name: str, cache_config: CacheConfig, budget: BudgetMode) -> Run:

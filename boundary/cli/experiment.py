@@ -1,0 +1,234 @@
+"""``boundary experiment``: replay a workload under every retention policy and budget mode."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+BUDGETS = {
+    "equal_capacity": ("equal_capacity",),
+    "equal_checkpoint_budget": ("equal_checkpoint_budget",),
+    "both": ("equal_capacity", "equal_checkpoint_budget"),
+}
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "experiment",
+        help="replay a workload through the vLLM align-mode cache model under each retention policy",
+        description="Render a workload with a family's real template, replay it through a model of "
+        "vLLM's align-mode hybrid prefix cache under each retention policy (main_sparse, input_end, "
+        "decode_end, both, chat_aware; oracle as the upper bound) and budget mode, and report the metrics. "
+        "WORKLOAD is a shipped workload (tau_bench, mt_bench, bfcl, synthetic) or a JSONL trace file in the "
+        "audit's format.",
+    )
+    p.add_argument("--workload", required=True, help="tau_bench | mt_bench | bfcl | synthetic | PATH.jsonl")
+    p.add_argument("--family", default="qwen3_5", help="shipped family (default: qwen3_5)")
+    p.add_argument("--variant", help="template variant (default: the family's default)")
+    p.add_argument("--template-kwargs", default="{}", help="JSON object of template kwargs")
+    p.add_argument(
+        "--client",
+        choices=("kept", "dropped"),
+        default="dropped",
+        help="whether the client sends assistant reasoning back in history (default: dropped)",
+    )
+    p.add_argument(
+        "--system-prompt",
+        choices=("shared", "per_session"),
+        default="shared",
+        help="per_session gives every session its own system prompt (default: shared)",
+    )
+    p.add_argument(
+        "--no-reasoning", action="store_true", help="do not add synthetic reasoning to assistant turns"
+    )
+    p.add_argument("--sessions", type=int, help="use only the first N sessions")
+    p.add_argument("--synthetic-sessions", type=int, default=200, help="sessions of the synthetic workload")
+    p.add_argument("--bfcl-categories", default="base", help="BFCL multi-turn categories, comma-separated")
+    p.add_argument(
+        "--policies",
+        default="main_sparse,input_end,decode_end,both,chat_aware,oracle",
+        help="comma-separated (default: all)",
+    )
+    p.add_argument(
+        "--budget",
+        choices=tuple(BUDGETS),
+        default="both",
+        help="equal_capacity, equal_checkpoint_budget, or both (default)",
+    )
+    p.add_argument(
+        "--unit",
+        type=int,
+        action="append",
+        help="prefix_match_unit (repeatable: a sweep; default: the model's block size)",
+    )
+    p.add_argument("--model", help="model preset (default: the family's)")
+    p.add_argument("--capacity-gib", type=float, default=32.0, help="cache memory (default 32)")
+    p.add_argument(
+        "--checkpoint-budget-gib",
+        type=float,
+        help="state bytes for equal_checkpoint_budget (default: main_sparse's mean under equal capacity)",
+    )
+    p.add_argument(
+        "--decode-states",
+        choices=("block", "unit"),
+        default="block",
+        help="where output-side checkpoints materialize: block boundaries (what vLLM align mode "
+        "produces while decoding; default) or unit boundaries",
+    )
+    p.add_argument(
+        "--junction-at-unit",
+        action="store_true",
+        help="keep junction states at the unit (vLLM --enable-mamba-shared-prefix-checkpoint)",
+    )
+    p.add_argument("--concurrency", type=float, default=16.0, help="mean concurrent sessions (default 16)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--json", dest="json_out", type=Path, help="write the machine-readable result ('-': stdout)"
+    )
+    p.add_argument("--report", type=Path, help="write the Markdown report here")
+    p.add_argument("--plots", type=Path, help="write plots into this folder (default: beside --report)")
+    p.add_argument("--title", help="report section title")
+    p.add_argument("--no-cache", action="store_true", help="render again instead of reading cached sessions")
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as a user would type it (defaults left out), for the report."""
+    parts = ["boundary", "experiment", "--workload", str(args.workload), "--family", args.family]
+    options = [
+        ("--variant", args.variant),
+        ("--template-kwargs", None if args.template_kwargs == "{}" else args.template_kwargs),
+        ("--client", args.client if args.client != "dropped" else None),
+        ("--system-prompt", args.system_prompt if args.system_prompt != "shared" else None),
+        ("--sessions", args.sessions),
+        ("--model", args.model),
+        ("--capacity-gib", args.capacity_gib if args.capacity_gib != 32.0 else None),
+        ("--checkpoint-budget-gib", args.checkpoint_budget_gib),
+        ("--decode-states", args.decode_states if args.decode_states != "block" else None),
+        ("--concurrency", args.concurrency if args.concurrency != 16.0 else None),
+        ("--seed", args.seed or None),
+        ("--budget", args.budget if args.budget != "both" else None),
+    ]
+    for flag, value in options:
+        if value is not None:
+            parts += [flag, str(value)]
+    if args.workload == "synthetic" and args.synthetic_sessions != 200:
+        parts += ["--synthetic-sessions", str(args.synthetic_sessions)]
+    if args.no_reasoning:
+        parts.append("--no-reasoning")
+    if args.junction_at_unit:
+        parts.append("--junction-at-unit")
+    for unit in args.unit or ():
+        parts += ["--unit", str(unit)]
+    if args.policies != "main_sparse,input_end,decode_end,both,chat_aware,oracle":
+        parts += ["--policies", args.policies]
+    for flag, value in (("--json", args.json_out), ("--report", args.report)):
+        if value is not None:
+            parts += [flag, str(value)]
+    return shlex.join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from boundary.experiment.cost import PrefillCostModel
+    from boundary.experiment.harness import ExperimentConfig, run_experiment
+    from boundary.experiment.presets import preset_for_family
+    from boundary.experiment.replay import BudgetMode
+    from boundary.experiment.report import markdown, plot
+    from boundary.experiment.workloads import SHIPPED, WorkloadOptions, build_stream
+
+    err = Console(stderr=True, highlight=False)
+    kwargs = json.loads(args.template_kwargs)
+    if not isinstance(kwargs, dict):
+        raise ValueError("--template-kwargs must be a JSON object")
+    if args.workload not in SHIPPED and not Path(args.workload).is_file():
+        raise ValueError(
+            f"--workload {args.workload!r}: neither a shipped workload ({', '.join(SHIPPED)}) nor a file"
+        )
+    model = preset_for_family(args.family, args.model)
+    options = WorkloadOptions(
+        family=args.family,
+        variant=args.variant,
+        template_kwargs=kwargs,
+        client=args.client,
+        system_prompt=args.system_prompt,
+        reasoning=not args.no_reasoning,
+        seed=args.seed,
+        sessions=args.sessions,
+        bfcl_categories=tuple(_csv(args.bfcl_categories)),
+        synthetic_sessions=args.synthetic_sessions,
+        synthetic_history="append_only"
+        if args.client == "kept" and kwargs.get("preserve_thinking")
+        else "drop_before_last_user",
+        concurrency=args.concurrency,
+    )
+    config = ExperimentConfig(
+        policies=tuple(_csv(args.policies)),
+        budgets=tuple(BudgetMode(b) for b in BUDGETS[args.budget]),
+        units=tuple(args.unit) if args.unit else (None,),
+        capacity_gib=args.capacity_gib,
+        checkpoint_budget_gib=args.checkpoint_budget_gib,
+        junction_at_unit=args.junction_at_unit,
+        output_at_unit=args.decode_states == "unit",
+    )
+    with err.status("preparing the stream") as status:
+        stream = build_stream(
+            args.workload,
+            options,
+            PrefillCostModel(model),
+            use_cache=not args.no_cache,
+            progress=lambda msg: status.update(msg),
+        )
+        err.print(
+            f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {args.family})"
+        )
+        result = run_experiment(stream, model, config, progress=lambda msg: status.update(msg))
+    plots: list[Path] = []
+    folder = args.plots or (args.report.parent if args.report else None)
+    if folder is not None:
+        stem = args.report.stem if args.report else stream.name
+        plots = plot(result, folder, stem)
+    command = command_line(args)
+    if args.report:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(
+            markdown(result, command=command, title=args.title, plots=plots) + "\n", encoding="utf-8"
+        )
+        err.print(f"report: {args.report}")
+    if args.json_out:
+        text = result.model_dump_json(indent=1)
+        if str(args.json_out) == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            args.json_out.parent.mkdir(parents=True, exist_ok=True)
+            args.json_out.write_text(text + "\n", encoding="utf-8")
+    _summary(err, result)
+    return 0
+
+
+def _summary(console, result) -> None:
+    from rich.table import Table
+
+    from boundary.experiment.report import pct
+
+    for unit in result.units:
+        table = Table(title=f"unit {unit.unit} (block {unit.block_size}) — reused / oracle")
+        for column in ("policy", "budget", "all", "first continuation", "steady state", "mean state GiB"):
+            table.add_column(column)
+        for r in unit.runs:
+            table.add_row(
+                r["policy"],
+                r["budget"],
+                pct(r["hit_rate"]["reused_over_oracle"]),
+                pct(r["first_continuation"]["reused_over_oracle"]),
+                pct(r["steady_state"]["reused_over_oracle"]),
+                f"{r['retained_state_bytes']['mean'] / 2**30:.2f}",
+            )
+        console.print(table)
