@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from boundary_vllm.hints import INPUT_END_KEY, PROMPT_END_KEY, HintStatus, decode_hints, encode_hints
+from boundary_vllm.hints import (
+    INPUT_END_KEY,
+    POLICY_KEY,
+    PROMPT_END_KEY,
+    HintStatus,
+    decode_hints,
+    encode_hints,
+)
 
 
 def test_hints_round_trip_through_extra_args():
@@ -31,3 +38,11 @@ def test_malformed_positions_are_rejected_never_raised():
     for outside in (0, -3, 1330):
         hints = decode_hints({INPUT_END_KEY: outside, PROMPT_END_KEY: 1329}, 1329)
         assert hints.status is HintStatus.REJECTED and "outside the prompt" in hints.reason
+
+
+def test_a_requested_policy_is_accepted_only_among_the_allowed_names():
+    extra = encode_hints(1324, 1329, policy="input_end")
+    assert decode_hints(extra, 1329, policies=["input_end", "both"]).policy == "input_end"
+    refused = decode_hints(extra, 1329)
+    assert refused.status is HintStatus.REJECTED
+    assert refused.reason.startswith(f"vllm_xargs.{POLICY_KEY}: 'input_end' is not one of")

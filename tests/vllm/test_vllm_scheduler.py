@@ -7,6 +7,8 @@ Qwen3.5 renderings of tau-bench conversations (``tests/vllm/streams.py``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
 from boundary_vllm.settings import Policy
@@ -201,3 +203,13 @@ def test_with_sub_block_hits_decode_end_stays_block_aligned():
     assert d_end % 4 == 0 and d_end % BLOCK
     outcomes = replay(requests(a, b), shape(Policy.DECODE_END, prefix_match_unit=4))
     assert hits(outcomes) == [0, d_end // BLOCK * BLOCK]
+
+
+def test_a_request_may_pick_its_policy_where_the_engine_allows_it():
+    a, b = turn(11, 2), turn(11, 4)
+    stream = [dataclasses.replace(r, policy=Policy.INPUT_END) for r in requests(a, b)]
+    allowed = shape(Policy.MAIN_SPARSE, settings={"request_policy": True})
+    assert hits(replay(stream, allowed)) == [0, a.prompt.u_end // BLOCK * BLOCK]
+    run = Replay(shape(Policy.MAIN_SPARSE))
+    assert hits(run.run_all(stream)) == [0, 0]
+    assert run.counters.hints == {"rejected": 2}

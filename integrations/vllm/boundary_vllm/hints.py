@@ -8,13 +8,14 @@ correctness: a state is keyed by the chained hash of the exact tokens before it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 INPUT_END_KEY = "boundary_input_end"
 PROMPT_END_KEY = "boundary_prompt_end"
+POLICY_KEY = "boundary_policy"  # optional; honoured only where the engine allows per-request policies
 
 
 class HintStatus(StrEnum):
@@ -25,24 +26,37 @@ class HintStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class CheckpointHints:
-    """What one request asked for. ``input_end`` is set only when ``status`` is ACCEPTED."""
+    """What one request asked for. ``input_end`` is set only when ``status`` is ACCEPTED;
+    ``policy`` is a policy name the request asked for, if any."""
 
     status: HintStatus
     input_end: int | None = None
     reason: str | None = None
+    policy: str | None = None
 
 
-def encode_hints(input_end: int | None, prompt_end: int) -> dict[str, int]:
+def encode_hints(
+    input_end: int | None, prompt_end: int, *, policy: str | None = None
+) -> dict[str, int | str]:
     """The ``vllm_xargs`` entries for a rendered prompt (none when U_end is unavailable)."""
     if input_end is None:
         return {}
-    return {INPUT_END_KEY: int(input_end), PROMPT_END_KEY: int(prompt_end)}
+    hints: dict[str, int | str] = {INPUT_END_KEY: int(input_end), PROMPT_END_KEY: int(prompt_end)}
+    if policy is not None:
+        hints[POLICY_KEY] = policy
+    return hints
 
 
-def decode_hints(extra_args: Mapping[str, Any] | None, num_prompt_tokens: int) -> CheckpointHints:
-    """Read the hints back on the engine side; malformed hints are rejected, never raised."""
+def decode_hints(
+    extra_args: Mapping[str, Any] | None, num_prompt_tokens: int, *, policies: Collection[str] = ()
+) -> CheckpointHints:
+    """Read the hints back on the engine side; malformed hints are rejected, never raised.
+    ``policies`` are the names a request may ask for."""
     if not extra_args or INPUT_END_KEY not in extra_args:
         return CheckpointHints(HintStatus.ABSENT)
+    policy = extra_args.get(POLICY_KEY)
+    if policy is not None and policy not in policies:
+        return _rejected(f"vllm_xargs.{POLICY_KEY}: {policy!r} is not one of {sorted(policies)}")
     input_end = extra_args[INPUT_END_KEY]
     prompt_end = extra_args.get(PROMPT_END_KEY, num_prompt_tokens)
     for key, value in ((INPUT_END_KEY, input_end), (PROMPT_END_KEY, prompt_end)):
@@ -57,7 +71,7 @@ def decode_hints(extra_args: Mapping[str, Any] | None, num_prompt_tokens: int) -
         return _rejected(
             f"vllm_xargs.{INPUT_END_KEY}: {input_end} is outside the prompt (1..{num_prompt_tokens})"
         )
-    return CheckpointHints(HintStatus.ACCEPTED, input_end=input_end)
+    return CheckpointHints(HintStatus.ACCEPTED, input_end=input_end, policy=policy)
 
 
 def _rejected(reason: str) -> CheckpointHints:

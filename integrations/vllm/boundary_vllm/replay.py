@@ -83,6 +83,7 @@ class ReplayRequest:
     output_token_ids: tuple[int, ...]
     input_end: int | None = None
     stop_token_ids: tuple[int, ...] = ()
+    policy: Policy | None = None  # a per-request policy (the engine must allow ``request_policy``)
 
     def __post_init__(self) -> None:
         if not self.output_token_ids:
@@ -146,7 +147,8 @@ class Replay:
     def request(self, item: ReplayRequest) -> Request:
         """The vLLM request for ``item``, hints in ``extra_args`` as the chat endpoint puts them."""
         self._count += 1
-        hints = encode_hints(item.input_end, len(item.prompt_token_ids))
+        policy = None if item.policy is None else item.policy.value
+        hints = encode_hints(item.input_end, len(item.prompt_token_ids), policy=policy)
         params = SamplingParams(
             max_tokens=len(item.output_token_ids),
             stop_token_ids=list(item.stop_token_ids),

@@ -34,7 +34,7 @@ from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availabil
 from boundary_vllm.hints import CheckpointHints, HintStatus, decode_hints
 from boundary_vllm.retention import CheckpointRetention, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
-from boundary_vllm.settings import IntegrationSettings, read_settings
+from boundary_vllm.settings import IntegrationSettings, Policy, read_settings
 
 logger = init_logger(__name__)
 
@@ -101,7 +101,8 @@ class BoundaryCheckpointsMixin:
 
     def _admit(self, request: Request) -> None:
         extra_args = request.sampling_params.extra_args if request.sampling_params is not None else None
-        hints = decode_hints(extra_args, request.num_prompt_tokens)
+        allowed = [p.value for p in Policy] if self.boundary_settings.request_policy else []
+        hints = decode_hints(extra_args, request.num_prompt_tokens, policies=allowed)
         label = hints.status.value
         if hints.status is HintStatus.ABSENT and self._suffixes is not None and request.prompt_token_ids:
             derived = self._suffixes.input_end(request.prompt_token_ids)
@@ -112,7 +113,7 @@ class BoundaryCheckpointsMixin:
             logger.warning("request %s: boundary hints ignored: %s", request.request_id, hints.reason)
         if hints.status is not HintStatus.ACCEPTED:
             return
-        policy = self.boundary_settings.policy
+        policy = Policy(hints.policy) if hints.policy else self.boundary_settings.policy
         assert self.boundary_retention is not None
         self.boundary_retention.admit(
             request,

@@ -57,6 +57,10 @@ class IntegrationSettings(BaseModel):
         default=False,
         description="Disaggregated prefill/decode only: a KV path carries decode-side states to prefill.",
     )
+    request_policy: bool = Field(
+        default=False,
+        description="Requests may pick their own policy in vllm_xargs.boundary_policy (A/B runs).",
+    )
     log_interval_s: float = Field(default=30.0, ge=0)
     ledger_capacity: int = Field(default=65536, ge=1, description="How many retained states are attributed.")
 
