@@ -6,7 +6,9 @@ conversation before it, with the generation prompt). For each request, in the sa
 - reference: ``tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)``
   (text + token ids);
 - boundary: ``fam.render(messages)`` (validation, text, token ids and U_end from one pass),
-  and ``fam.render_prepared`` (the same minus request validation).
+  ``fam.render_prepared`` (the same minus request validation), and ``fam.render`` with the
+  vocabulary's ``tokenizers`` backend only (no tiktoken segment encoder), the path every
+  user-supplied tokenizer takes.
 
 Usage: python benchmarks/render.py [--family qwen3_5] [--trajectories 200] [--repeat 3]
 """
@@ -52,6 +54,8 @@ def main() -> None:
     args = ap.parse_args()
 
     fam = boundary.load_family(args.family, variant=args.variant)
+    plain = boundary.Tokenizer(fam.tokenizer.backend, special_tokens=fam.tokenizer.special_tokens_map)
+    fam_plain = boundary.Family(fam.spec, fam.templates, plain, default_variant=fam.default_variant)
     reqs = requests(args.trajectories)
     prepared = [fam.prepare(m) for m in reqs]
     hf = fam.tokenizer.to_transformers(fam.template(args.variant))
@@ -65,11 +69,12 @@ def main() -> None:
             ),
             "ours": lambda k: fam.render(reqs[k]),
             "prepared": lambda k: fam.render_prepared(prepared[k][0], prepared[k][1]),
+            "plain": lambda k: fam_plain.render(reqs[k]),
         },
         list(range(len(reqs))),
         args.repeat,
     )
-    ref, ours, ours_prepared = times["ref"], times["ours"], times["prepared"]
+    ref, ours, ours_prepared, ours_plain = times["ref"], times["ours"], times["prepared"], times["plain"]
     tokens = sum(len(fam.render_prepared(p[0], p[1]).token_ids) for p in prepared)
 
     def row(name: str, xs: list[float]) -> str:
@@ -88,6 +93,7 @@ def main() -> None:
     print(row("transformers apply_chat_template(tokenize=True)", ref))
     print(row("boundary fam.render (validate + render + ids + U_end)", ours))
     print(row("boundary fam.render_prepared (render + ids + U_end)", ours_prepared))
+    print(row("boundary fam.render, tokenizers backend only", ours_plain))
 
 
 if __name__ == "__main__":

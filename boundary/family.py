@@ -38,7 +38,7 @@ from boundary.protocol import (
 from boundary.render import compile_template, render_text
 from boundary.resources import data_dir
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
-from boundary.tokenizer import Tokenizer, load_vocabulary, stand_in_backend, template_literals
+from boundary.tokenizer import Tokenizer, load_vocabulary, rank_source, stand_in_backend, template_literals
 
 
 class _Spec(BaseModel):
@@ -100,6 +100,7 @@ class HistoryRewrite(_Spec):
         "date_in_system_prompt",
         "rewrite_stop_token",
         "reorder_channels",
+        "tools_before_last_user",
     ]
     unless: dict[str, bool | str] = {}  # template kwargs that switch the rewrite off
     trigger: RewriteTrigger | None = None  # None: the kind's usual trigger (``boundary.horizon``)
@@ -141,7 +142,9 @@ def family_names() -> list[str]:
 def family_spec(name: str) -> FamilySpec:
     path = data_dir("templates") / name / "family.toml"
     if not path.is_file():
-        raise TemplateLoadError(f"unknown family {name!r} (known: {', '.join(family_names())})", location="family")
+        raise TemplateLoadError(
+            f"unknown family {name!r} (known: {', '.join(family_names())})", location="family"
+        )
     try:
         with path.open("rb") as f:
             return FamilySpec.model_validate(tomllib.load(f))
@@ -153,18 +156,25 @@ def family_spec(name: str) -> FamilySpec:
 def _shipped_tokenizer(name: str) -> Tokenizer:
     spec = family_spec(name)
     if spec.vocabulary:
+        rank_file, pattern = rank_source(spec.vocabulary) or (None, None)
         return Tokenizer(
             load_vocabulary(spec.vocabulary),
             special_tokens=spec.special_tokens,
             source=f"shipped vocabulary {spec.vocabulary!r}",
+            rank_file=rank_file,
+            split_pattern=pattern,
         )
     if spec.stand_in_vocabulary:
+        rank_file, pattern = rank_source(spec.stand_in_vocabulary) or (None, None)
         return Tokenizer(
             stand_in_backend(spec.stand_in_vocabulary, spec.control_tokens),
             special_tokens=spec.special_tokens,
+            rank_file=rank_file,
+            split_pattern=pattern,
             source=(
-                f"stand-in test tokenizer: {spec.stand_in_vocabulary} BPE + {spec.display_name} control tokens "
-                f"(no {spec.display_name} vocabulary is available offline; ids are not the model's)"
+                f"stand-in test tokenizer: {spec.stand_in_vocabulary} BPE + {spec.display_name} "
+                f"control tokens (no {spec.display_name} vocabulary is available offline; "
+                "ids are not the model's)"
             ),
             stand_in=True,
         )
@@ -197,7 +207,11 @@ def load_family(
         )
     if default not in templates:
         raise TemplateLoadError(f"unknown variant {default!r} (have: {', '.join(templates)})", location=name)
-    tok = Tokenizer.from_any(tokenizer, special_tokens=spec.special_tokens) if tokenizer else _shipped_tokenizer(name)
+    tok = (
+        Tokenizer.from_any(tokenizer, special_tokens=spec.special_tokens)
+        if tokenizer
+        else _shipped_tokenizer(name)
+    )
     return Family(spec, templates, tok, default_variant=default, limits=limits)
 
 
@@ -234,8 +248,9 @@ class Family:
         try:
             return self.templates[variant]
         except KeyError:
-            raise RequestError(f"unknown variant {variant!r} (have: {', '.join(self.templates)})",
-                               location="variant") from None
+            raise RequestError(
+                f"unknown variant {variant!r} (have: {', '.join(self.templates)})", location="variant"
+            ) from None
 
     # -- constructors -----------------------------------------------------------------------
     @classmethod
@@ -254,14 +269,19 @@ class Family:
         if special_tokens:
             tok.special_tokens_map.update(special_tokens)
         spec = FamilySpec(
-            name=name, display_name=spec_fields.pop("display_name", name), hybrid=spec_fields.pop("hybrid", False),
-            architecture=spec_fields.pop("architecture", "unknown"), special_tokens=dict(tok.special_tokens_map),
+            name=name,
+            display_name=spec_fields.pop("display_name", name),
+            hybrid=spec_fields.pop("hybrid", False),
+            architecture=spec_fields.pop("architecture", "unknown"),
+            special_tokens=dict(tok.special_tokens_map),
             **spec_fields,
         )
         return cls(spec, {"default": template}, tok, limits=limits)
 
     @classmethod
-    def from_pretrained(cls, path_or_id: str | Path, *, name: str | None = None, **spec_fields: Any) -> Family:
+    def from_pretrained(
+        cls, path_or_id: str | Path, *, name: str | None = None, **spec_fields: Any
+    ) -> Family:
         """A family from a model directory (or hub id, where a hub is reachable) whose tokenizer
         files carry the chat template: ``tokenizer_config.json`` or ``chat_template.jinja``."""
         from transformers import AutoTokenizer
@@ -277,8 +297,11 @@ class Family:
         tok = Tokenizer.from_transformers(hf, source=str(path_or_id))
         label = name or Path(str(path_or_id)).name
         spec = FamilySpec(
-            name=label, display_name=spec_fields.pop("display_name", label), hybrid=spec_fields.pop("hybrid", False),
-            architecture=spec_fields.pop("architecture", "unknown"), special_tokens=dict(tok.special_tokens_map),
+            name=label,
+            display_name=spec_fields.pop("display_name", label),
+            hybrid=spec_fields.pop("hybrid", False),
+            architecture=spec_fields.pop("architecture", "unknown"),
+            special_tokens=dict(tok.special_tokens_map),
             **spec_fields,
         )
         return cls(spec, templates, tok)
@@ -293,7 +316,8 @@ class Family:
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         """Validate a request and normalize it into the dicts this family's templates read."""
         template_messages = to_template_messages(
-            parse_messages(messages), reasoning_field=self.spec.reasoning_field,
+            parse_messages(messages),
+            reasoning_field=self.spec.reasoning_field,
             arguments=arguments or self.spec.tool_arguments,
         )
         if self.spec.content_parts == "join":
@@ -324,8 +348,14 @@ class Family:
         """
         template_messages, template_tools = self.prepare(messages, tools, arguments=arguments)
         return self.render_prepared(
-            template_messages, template_tools, add_generation_prompt, variant=variant, documents=documents,
-            sanitize_control_tokens=sanitize_control_tokens, now=now, **template_kwargs,
+            template_messages,
+            template_tools,
+            add_generation_prompt,
+            variant=variant,
+            documents=documents,
+            sanitize_control_tokens=sanitize_control_tokens,
+            now=now,
+            **template_kwargs,
         )
 
     def render_prepared(
@@ -347,15 +377,26 @@ class Family:
         variables = {**self.tokenizer.special_tokens_map, **template_kwargs}
         if not sanitize_control_tokens:
             rendered = render_text(
-                compiled, messages, tools=tools, documents=documents, add_generation_prompt=add_generation_prompt,
-                variables=variables, now=now, limits=self.limits,
+                compiled,
+                messages,
+                tools=tools,
+                documents=documents,
+                add_generation_prompt=add_generation_prompt,
+                variables=variables,
+                now=now,
+                limits=self.limits,
             )
             return encode_rendering(rendered, self.tokenizer)
         pattern = self._control_pattern(source)
         rendered = render_text(
-            compiled, mark_control_tokens(messages, pattern), tools=mark_control_tokens(tools, pattern),
-            documents=mark_control_tokens(documents, pattern), add_generation_prompt=add_generation_prompt,
-            variables=variables, now=now, limits=self.limits,
+            compiled,
+            mark_control_tokens(messages, pattern),
+            tools=mark_control_tokens(tools, pattern),
+            documents=mark_control_tokens(documents, pattern),
+            add_generation_prompt=add_generation_prompt,
+            variables=variables,
+            now=now,
+            limits=self.limits,
         )
         return encode_rendering_sanitized(rendered, self.tokenizer, pattern)
 
@@ -375,7 +416,9 @@ class Family:
     def _control_pattern(self, source: str) -> Any:
         key = hashlib.sha256(source.encode()).hexdigest()
         if key not in self._control_patterns:
-            self._control_patterns[key] = control_token_pattern(self.tokenizer.control_tokens(template_literals(source)))
+            self._control_patterns[key] = control_token_pattern(
+                self.tokenizer.control_tokens(template_literals(source))
+            )
         return self._control_patterns[key]
 
     def _check_kwargs(self, kwargs: Mapping[str, Any], reads: frozenset[str]) -> None:
@@ -389,5 +432,6 @@ class Family:
                 expected = {"bool": bool, "str": str, "int": int}[declared.type]
                 if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                     raise RequestError(
-                        f"expected {declared.type}, got {type(value).__name__}", location=f"template_kwargs.{key}"
+                        f"expected {declared.type}, got {type(value).__name__}",
+                        location=f"template_kwargs.{key}",
                     )

@@ -25,6 +25,7 @@ from typing import Any, Literal
 import tokenizers
 from pydantic import BaseModel, ConfigDict
 
+from boundary.encoding import Cut, CutTokenMap, SegmentEncoder
 from boundary.errors import TokenizerError
 from boundary.offsets import CharOffset, OffsetsTokenMap, TokenMap, TokenOffset
 from boundary.resources import cache_dir, data_dir
@@ -43,10 +44,12 @@ _CONVERSION_VERSION = "1"  # bump when the conversion below changes
 
 @dataclass(frozen=True, slots=True)
 class Encoded:
-    """Token ids and the map from char positions of the encoded text to token boundaries."""
+    """Token ids, the map from char positions of the encoded text to token boundaries, and
+    (when asked for) the hard cuts at every added token."""
 
     ids: list[int]
     token_map: TokenMap
+    cuts: list[Cut] | None = None
 
 
 class EncodingTokenMap:
@@ -74,6 +77,14 @@ class EncodingTokenMap:
             token, start = token - 1, prev_start
         return TokenOffset(token), CharOffset(start)
 
+    def cuts(self, added_ids: frozenset[int]) -> list[Cut]:
+        out = []
+        for i, token_id in enumerate(self._enc.ids):
+            if token_id in added_ids:
+                start, end = self._enc.token_to_chars(i)
+                out += (Cut(start, i), Cut(end, i + 1))
+        return out
+
 
 class Tokenizer:
     """A vocabulary plus the special-token variables its chat templates read.
@@ -90,23 +101,42 @@ class Tokenizer:
         source: str = "user-supplied",
         stand_in: bool = False,
         chat_control_tokens: Iterable[str] | None = None,
+        rank_file: Path | None = None,
+        split_pattern: str | None = None,
     ) -> None:
+        """``rank_file`` / ``split_pattern``: the tiktoken rank file and split regex ``backend``
+        was converted from; when given (and the added tokens allow it) plain text is encoded
+        with tiktoken, which gives the same ids (see ``boundary.encoding``)."""
         self.special_tokens_map = {k: v for k, v in (special_tokens or {}).items() if v is not None}
         self.backend = _with_special_tokens(backend, self.special_tokens_map.values())
         self.source = source
         self.stand_in = stand_in
         self.chat_control_tokens = tuple(chat_control_tokens) if chat_control_tokens is not None else None
+        added = self.added_tokens().values()
+        self.added_ids = frozenset(self.backend.token_to_id(t.content) for t in added)
+        self.max_added_len = max((len(t.content) for t in added), default=0)
+        self.segments = _segment_encoder(self.backend, rank_file, split_pattern)
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab={self.backend.get_vocab_size()}, source={self.source!r})"
 
     # -- encoding -------------------------------------------------------------------------
-    def encode(self, text: str) -> Encoded:
-        """Encode as ``apply_chat_template(tokenize=True)`` does: added tokens matched, no BOS/EOS added."""
+    def encode(self, text: str, *, with_cuts: bool = False) -> Encoded:
+        """Encode as ``apply_chat_template(tokenize=True)`` does: added tokens matched, no BOS/EOS
+        added. ``with_cuts`` also lists the hard cuts (the tiktoken path always does)."""
+        if self.segments is not None:
+            ids, cuts = self.segments.encode(text)
+            return Encoded(ids, CutTokenMap(text, cuts, len(ids), self._segment_map), cuts)
         enc = self.backend.encode(text, add_special_tokens=False)
-        return Encoded(enc.ids, EncodingTokenMap(enc, len(text)))
+        token_map = EncodingTokenMap(enc, len(text))
+        return Encoded(enc.ids, token_map, token_map.cuts(self.added_ids) if with_cuts else None)
+
+    def _segment_map(self, segment: str) -> TokenMap:
+        return EncodingTokenMap(self.backend.encode(segment, add_special_tokens=False), len(segment))
 
     def encode_ids(self, text: str) -> list[int]:
+        if self.segments is not None:
+            return self.segments.encode(text)[0]
         return self.backend.encode(text, add_special_tokens=False).ids
 
     def encode_ids_batch(self, texts: list[str]) -> list[list[int]]:
@@ -204,6 +234,26 @@ class Tokenizer:
         )
 
 
+def _segment_encoder(
+    backend: tokenizers.Tokenizer, rank_file: Path | None, split_pattern: str | None
+) -> SegmentEncoder | None:
+    """A tiktoken segment encoder for ``backend`` when one provably gives the same ids."""
+    if rank_file is None or split_pattern is None:
+        return None
+    normalizer = backend.normalizer
+    if normalizer is not None and not isinstance(normalizer, tokenizers.normalizers.NFC):
+        return None
+    added = backend.get_added_tokens_decoder().values()
+    if any(t.lstrip or t.rstrip or t.single_word or t.normalized for t in added):
+        return None
+    return SegmentEncoder(
+        rank_file,
+        split_pattern,
+        {t.content: backend.token_to_id(t.content) for t in added},
+        nfc=normalizer is not None,
+    )
+
+
 def _with_special_tokens(backend: tokenizers.Tokenizer, tokens: Iterable[str]) -> tokenizers.Tokenizer:
     """``backend`` with ``tokens`` registered as special added tokens, as transformers registers a
     tokenizer's bos/eos/... tokens; copied first when that changes anything."""
@@ -264,6 +314,14 @@ def vocabulary_spec(name: str) -> VocabularySpec:
         )
     with path.open("rb") as f:
         return VocabularySpec.model_validate(tomllib.load(f))
+
+
+def rank_source(name: str) -> tuple[Path, str] | None:
+    """The rank file and split pattern of shipped vocabulary ``name``, if it is a tiktoken one."""
+    spec = vocabulary_spec(name)
+    if spec.kind != "tiktoken" or spec.pattern is None:
+        return None
+    return data_dir("vocabularies") / name / spec.file, spec.pattern
 
 
 @cache

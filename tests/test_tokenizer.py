@@ -110,3 +110,22 @@ def test_stand_in_tokenizers_are_labelled_and_register_the_family_control_tokens
 def test_a_tokenizers_object_is_not_copied_when_nothing_needs_adding() -> None:
     backend = tokenizers.Tokenizer.from_str(load_vocabulary("qwen3").to_str())
     assert Tokenizer(backend, special_tokens={"eos_token": "<|im_end|>"}).backend is backend
+
+
+@pytest.mark.parametrize("family_name", ["qwen3", "qwen3_5", "granite_4_h"])
+def test_the_tiktoken_segment_path_gives_the_tokenizers_ids(family_name: str) -> None:
+    tok = boundary.load_family(family_name).tokenizer
+    assert tok.segments is not None
+    texts = corpus()
+    controls = [t.content for t in tok.added_tokens().values()]
+    texts += [f"{a}{t}{b}" for a, t, b in zip(texts[::7], controls * 50, texts[3::7], strict=False)]
+    for text in texts:
+        expected = tok.backend.encode(text, add_special_tokens=False).ids
+        encoded = tok.encode(text)
+        assert encoded.ids == expected, text[:80]
+        for cut in encoded.cuts:
+            assert tok.backend.encode(text[: cut.char], add_special_tokens=False).ids == expected[: cut.token]
+
+
+def test_vocabularies_without_a_rank_file_use_the_tokenizers_path() -> None:
+    assert boundary.load_family("deepseek_v3").tokenizer.segments is None
