@@ -164,12 +164,12 @@ def run_experiment(
     ]
     return ExperimentResult(
         stream={
+            **stream.provenance,
             "name": stream.name,
             "requests": len(stream),
             "sessions": len(stream.sessions()),
             "prompt_tokens": sum(r.num_prompt_tokens for r in stream.requests),
             "output_tokens": sum(r.output_tokens for r in stream.requests),
-            **stream.provenance,
         },
         model=_describe(model),
         cost_model=cost.describe(),

@@ -22,7 +22,7 @@ from typing import Any
 from boundary.cache.hashing import PrefixHasher, PrefixReuse
 from boundary.cache.request import CacheRequest
 
-STREAM_FORMAT = 1
+STREAM_FORMAT = 2
 
 
 class Continuation(StrEnum):

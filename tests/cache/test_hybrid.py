@@ -130,10 +130,11 @@ def test_decode_end_is_rejected_when_reasoning_is_dropped_and_input_end_is_taken
     hit = replay.run(dropped, [1, 2]).hit
     assert hit.joint == 24 and hit.state.labels == ("input_end",)
 
-    replay = Replay(make_cache(geometry(block=8, unit=1)))
-    replay.run(prompt1, output1, both)
-    hit = replay.run(kept, [1, 2]).hit
-    assert hit.joint == d_end and hit.state.labels == ("decode_end",)
+    for output_at_unit, joint in ((False, 40), (True, d_end)):  # output states: last block boundary, or unit
+        replay = Replay(make_cache(geometry(block=8, unit=1), output_at_unit=output_at_unit))
+        replay.run(prompt1, output1, both)
+        hit = replay.run(kept, [1, 2]).hit
+        assert hit.joint == joint and hit.state.labels == ("decode_end",)
 
 
 def test_candidates_that_floor_to_one_position_make_one_state(make_cache):
@@ -199,3 +200,11 @@ def test_an_entry_held_by_a_request_in_flight_is_never_evicted(make_cache):
     assert cache.working.overcommits == 1  # nothing was evictable: a real scheduler would have waited
     cache.check_invariants()
     cache.finish(0, now=1.0)
+
+
+def test_an_output_that_crosses_no_block_boundary_leaves_no_block_aligned_decode_state(make_cache):
+    replay = Replay(make_cache(geometry(block=8, unit=1)))
+    prompt = SYSTEM + seq(1, 10)  # n = 26; output ends at 30, before the next block boundary (32)
+    admission = replay.run(prompt, seq(70, 5), [Retain(D_END, 30)])
+    assert admission.plan.states == ()
+    assert replay.run(prompt + seq(70, 5) + seq(90, 4), [1]).hit.joint == 0

@@ -8,7 +8,9 @@ before that stop token).
 
 Outputs come from ``boundary.outputs.format_output``: the message written the way the
 model emits it (reasoning, content, tool calls in the family's native syntax, stop token),
-tokenized as generated text.
+tokenized as generated text. Each request also carries the round-trip verifier's prediction,
+made without the next request (``Family.verify_round_trip`` with the client's habit of
+echoing reasoning or not): the input ``chat_aware`` decides on.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.script import ClientBehaviour, Message, SessionScript, client_history
 from boundary.family import Family
 from boundary.outputs import format_output
+from boundary.roundtrip import ClientHabits
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,32 @@ def native_output(
     return GeneratedTokens(ids, bool(ids) and ids[-1] in _stop_ids(fam))
 
 
+def predicted_round_trip(
+    fam: Family,
+    history: Sequence[Message],
+    generated: Sequence[int],
+    tools: Any,
+    client: ClientBehaviour,
+    render: dict[str, Any],
+) -> bool | None:
+    """Whether the verifier expects this output to re-render into the next request (a tool
+    result after a tool call, else a new user message); None when it cannot tell."""
+    kwargs = {k: v for k, v in render.items() if k != "variant"}
+    try:
+        verdict = fam.verify_round_trip(
+            history,
+            generated,
+            None,
+            tools=tools,
+            variant=render.get("variant"),
+            habits=ClientHabits(echo_reasoning=client == "kept"),
+            **kwargs,
+        )
+    except BoundaryError:
+        return None
+    return verdict.round_trips
+
+
 @dataclass(frozen=True, slots=True)
 class RenderedSession:
     requests: list[StreamRequest]
@@ -100,6 +129,7 @@ def render_session(
             skipped += 1
             continue
         n = len(prompt.token_ids)
+        round_trip = predicted_round_trip(fam, history, out.token_ids, script.tools, client, render)
         tokens = array("I", prompt.token_ids)
         tokens.extend(out.token_ids)
         turn = len(requests)
@@ -118,6 +148,7 @@ def render_session(
                 d_end=len(tokens) - 1 if out.stopped else len(tokens),
                 continuation=continuation,
                 tool_call=bool(message.get("tool_calls")),
+                round_trip=round_trip,
             )
         )
     return RenderedSession(requests, skipped)

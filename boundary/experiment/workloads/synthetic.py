@@ -5,8 +5,10 @@ user turns; assistant turns that carry a think block only after the last user me
 (``history="drop_before_last_user"``), or always (``"append_only"``, Qwen3.6
 ``preserve_thinking``); tool results in a user turn; the generation prompt
 ``<|im_start|>assistant\\n<think>\\n``; outputs ``reasoning \\n</think>\\n\\n content <|im_end|>``.
-So U_end, P_end and D_end behave as they do with the real template, and a million requests
-cost seconds, not hours. Token ids are seeded draws; lengths are uniform in the ranges given.
+So U_end, P_end and D_end behave as they do with the real template (an output round-trips
+exactly when the client echoes reasoning and the next history keeps the think block, which is
+the prediction each request carries), and a million requests cost seconds, not hours. Token
+ids are seeded draws; lengths are uniform in the ranges given.
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ def sessions(
                         d_end=len(prompt) - 1,
                         continuation=continuation,
                         tool_call=tool,
+                        round_trip=keep and (tool or history == "append_only"),
                     )
                 )
                 turns.append(_Turn("assistant", content, reasoning, tool))

@@ -19,7 +19,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from boundary.errors import RequestError
 from boundary.experiment.stream import Continuation, StreamRequest
-from boundary.experiment.workloads.rendering import OutputFormatter, OutputUnavailable, _stop_ids
+from boundary.experiment.workloads.rendering import (
+    OutputFormatter,
+    OutputUnavailable,
+    _stop_ids,
+    predicted_round_trip,
+)
 from boundary.family import Family
 
 
@@ -109,6 +114,11 @@ def render_trace(
                 following = requests[k + 1].messages
                 if len(following) > len(line.messages):
                     following_call = bool(following[len(line.messages)].get("tool_calls"))
+            echoes = any(m.get("reasoning_content") for m in line.messages if m.get("role") == "assistant")
+            habit = "kept" if echoes else "dropped"
+            round_trip = (
+                predicted_round_trip(fam, line.messages, ids, line.tools, habit, render) if ids else None
+            )
             rendered.append(
                 StreamRequest(
                     rid=-1,
@@ -120,6 +130,7 @@ def render_trace(
                     d_end=len(tokens) - 1 if ids and ids[-1] in stops else len(tokens),
                     continuation=continuation,
                     tool_call=following_call,
+                    round_trip=round_trip,
                 )
             )
         out[session] = rendered
