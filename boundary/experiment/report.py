@@ -364,7 +364,7 @@ def unit_sweep(result: ExperimentResult, budget: str = EQUAL_CAPACITY) -> list[s
     policies = [r["policy"] for r in result.units[0].runs if r["budget"] == budget]
     header = ["unit", "block", *[f"`{p}`" for p in policies], "first cont.: " + ", ".join(policies)]
     rows = []
-    for u in result.units:
+    for u in sorted(result.units, key=lambda u: u.unit):
         runs = {r["policy"]: r for r in u.runs if r["budget"] == budget}
         rows.append(
             [
