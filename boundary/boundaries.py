@@ -72,7 +72,7 @@ class Rendering:
 
 def encode_rendering(rendered: TextRendering, tokenizer: Tokenizer) -> Rendering:
     enc = tokenizer.encode(rendered.text)
-    return _assemble(rendered, rendered.text, enc.ids, enc.token_map, lambda c: c)
+    return assemble(rendered, rendered.text, enc.ids, enc.token_map, lambda c: c)
 
 
 # -- sanitize_control_tokens -------------------------------------------------------------------
@@ -137,7 +137,7 @@ def encode_rendering_sanitized(
             return 0
         return final_starts[k] + min(raw - raw_starts[k], _piece_len(pieces, k, final_pos))
 
-    return _assemble(rendered, text, ids, PiecewiseTokenMap(pieces, len(text), len(ids)), to_final)
+    return assemble(rendered, text, ids, PiecewiseTokenMap(pieces, len(text), len(ids)), to_final)
 
 
 def _piece_len(pieces: list[tuple[int, int, TokenMap]], k: int, total: int) -> int:
@@ -154,7 +154,9 @@ def _encode_piece(tokenizer: Tokenizer, piece: str, as_text: bool, *, first: boo
     return enc.ids, enc.token_map
 
 
-def _assemble(rendered: TextRendering, text: str, ids: list[int], token_map: TokenMap, to_final) -> Rendering:
+def assemble(rendered: TextRendering, text: str, ids: list[int], token_map: TokenMap, to_final) -> Rendering:
+    """A ``Rendering`` of ``rendered``'s boundaries over ``ids``; ``to_final`` maps a char position
+    of the rendered text onto ``text`` (they differ only when control-token markers were removed)."""
     if rendered.input_end is None:
         input_end = Boundary.unavailable(rendered.input_end_reason or "unavailable")
     else:

@@ -9,12 +9,13 @@ frontends use: request in, token ids plus U_end / P_end out.
 from __future__ import annotations
 
 import hashlib
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -35,9 +36,13 @@ from boundary.protocol import (
     to_template_messages,
     to_template_tools,
 )
-from boundary.render import compile_template, render_text
+from boundary.render import TextRendering, compile_template, render_text
 from boundary.resources import data_dir
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
+
+if TYPE_CHECKING:
+    from boundary.session import Session, SessionCache
+
 from boundary.tokenizer import Tokenizer, load_vocabulary, rank_source, stand_in_backend, template_literals
 
 
@@ -315,8 +320,14 @@ class Family:
         arguments: ArgumentsForm | None = None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         """Validate a request and normalize it into the dicts this family's templates read."""
+        return self.normalize(parse_messages(messages), arguments), to_template_tools(parse_tools(tools))
+
+    def normalize(
+        self, messages: Sequence[Message], arguments: ArgumentsForm | None = None
+    ) -> list[dict[str, Any]]:
+        """Validated messages as the dicts this family's templates read."""
         template_messages = to_template_messages(
-            parse_messages(messages),
+            messages,
             reasoning_field=self.spec.reasoning_field,
             arguments=arguments or self.spec.tool_arguments,
         )
@@ -324,7 +335,7 @@ class Family:
             for m in template_messages:
                 if isinstance(m.get("content"), list):
                     m["content"] = "\n".join(part["text"] for part in m["content"])
-        return template_messages, to_template_tools(parse_tools(tools))
+        return template_messages
 
     def render(
         self,
@@ -371,34 +382,63 @@ class Family:
         **template_kwargs: Any,
     ) -> Rendering:
         """``render`` for messages already validated and normalized by ``prepare``."""
-        source = self.template(variant)
-        compiled = compile_template(source, self.limits)
-        self._check_kwargs(template_kwargs, compiled.variables)
-        variables = {**self.tokenizer.special_tokens_map, **template_kwargs}
-        if not sanitize_control_tokens:
-            rendered = render_text(
-                compiled,
-                messages,
-                tools=tools,
-                documents=documents,
-                add_generation_prompt=add_generation_prompt,
-                variables=variables,
-                now=now,
-                limits=self.limits,
-            )
+        pattern = self._control_pattern(self.template(variant)) if sanitize_control_tokens else None
+        rendered = self.render_text(
+            messages,
+            tools,
+            add_generation_prompt,
+            variant=variant,
+            documents=documents,
+            control_pattern=pattern,
+            now=now,
+            **template_kwargs,
+        )
+        if pattern is None:
             return encode_rendering(rendered, self.tokenizer)
-        pattern = self._control_pattern(source)
-        rendered = render_text(
+        return encode_rendering_sanitized(rendered, self.tokenizer, pattern)
+
+    def render_text(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        *,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        control_pattern: re.Pattern[str] | None = None,
+        now: datetime | None = None,
+        **template_kwargs: Any,
+    ) -> TextRendering:
+        """The render stage alone: text and char positions, no tokens. With ``control_pattern``
+        (sanitizing), control tokens in the inputs come back wrapped in markers."""
+        compiled = compile_template(self.template(variant), self.limits)
+        self._check_kwargs(template_kwargs, compiled.variables)
+        if control_pattern is not None:
+            messages = mark_control_tokens(messages, control_pattern)
+            tools = mark_control_tokens(tools, control_pattern)
+            documents = mark_control_tokens(documents, control_pattern)
+        return render_text(
             compiled,
-            mark_control_tokens(messages, pattern),
-            tools=mark_control_tokens(tools, pattern),
-            documents=mark_control_tokens(documents, pattern),
+            messages,
+            tools=tools,
+            documents=documents,
             add_generation_prompt=add_generation_prompt,
-            variables=variables,
+            variables={**self.tokenizer.special_tokens_map, **template_kwargs},
             now=now,
             limits=self.limits,
         )
-        return encode_rendering_sanitized(rendered, self.tokenizer, pattern)
+
+    def session(self) -> Session:
+        """A renderer for the successive requests of one conversation (see ``boundary.session``)."""
+        from boundary.session import Session
+
+        return Session(self)
+
+    def sessions(self, capacity: int = 1024) -> SessionCache:
+        """Sessions by id, at most ``capacity`` kept (least recently used dropped first)."""
+        from boundary.session import SessionCache
+
+        return SessionCache(self, capacity)
 
     def verify_round_trip(
         self,

@@ -174,19 +174,26 @@ def _first_error(prefix: str, exc: ValidationError, *, skip_tag: bool) -> Reques
     return RequestError(message, location=_location(prefix, loc))
 
 
-def parse_messages(messages: Sequence[Mapping[str, Any] | BaseModel]) -> list[Message]:
+def parse_messages(
+    messages: Sequence[Mapping[str, Any] | BaseModel],
+    *,
+    first_index: int = 0,
+    call_ids: set[str] | None = None,
+) -> list[Message]:
     """Validate a conversation. Raises ``RequestError`` at the first bad message.
 
-    Beyond per-message shape: the list is non-empty and every tool message answers a
-    tool call made by an earlier assistant message.
+    Beyond per-message shape: the conversation is non-empty and every tool message answers a
+    tool call made by an earlier assistant message. To validate only the tail of a
+    conversation whose head was validated before, pass the tail, the index of its first
+    message and the tool-call ids the head made (``call_ids`` is updated in place).
     """
     if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
         raise RequestError(f"expected a list of messages, got {type(messages).__name__}", location="messages")
-    if not messages:
+    if not messages and not first_index:
         raise RequestError("empty conversation", location="messages")
     parsed: list[Message] = []
-    call_ids: set[str] = set()
-    for i, raw in enumerate(messages):
+    call_ids = set() if call_ids is None else call_ids
+    for i, raw in enumerate(messages, start=first_index):
         prefix = f"messages[{i}]"
         if isinstance(raw, BaseModel):
             raw = raw.model_dump(exclude_unset=True)
@@ -264,6 +271,11 @@ def to_template_messages(
     return out
 
 
+def call_ids_of(template_messages: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The tool-call ids made by the assistant messages among ``template_messages``."""
+    return {c["id"] for m in template_messages for c in m.get("tool_calls") or () if c.get("id")}
+
+
 def to_template_tools(tools: Sequence[Tool] | None) -> list[dict[str, Any]] | None:
     if tools is None:
         return None
@@ -283,6 +295,7 @@ __all__ = [
     "ToolCall",
     "ToolMessage",
     "UserMessage",
+    "call_ids_of",
     "parse_messages",
     "parse_tools",
     "to_template_messages",

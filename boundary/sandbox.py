@@ -107,6 +107,7 @@ class GenerationTag(jinja2.ext.Extension):
 
 
 _PADDING_METHODS = frozenset({"ljust", "rjust", "center", "zfill", "expandtabs"})
+_DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
 # The callbacks the instrumentation places, as filters on the per-render recorder
@@ -139,6 +140,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
             extensions=[GenerationTag, jinja2.ext.loopcontrols],
         )
         self.limits = limits
+        self._safe_attributes: dict[tuple[type, str], bool] = {}
         self.filters["tojson"] = tojson
         self.filters["join"] = self._checked_join(self.filters["join"])
         self.globals["raise_exception"] = raise_exception
@@ -154,6 +156,33 @@ class Sandbox(ImmutableSandboxedEnvironment):
                 ins.CHECKED_ADD: self._checked_add,
             }
         )
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        # Fast path for the dicts templates read most (messages, tool calls): a key that is
+        # not also a dict attribute resolves to the item, exactly as the general path would
+        # after its failed attribute lookup.
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        try:
+            value = getattr(obj, attribute)
+        except AttributeError:
+            try:
+                return obj[attribute]
+            except (TypeError, LookupError):
+                return self.undefined(obj=obj, name=attribute)
+        fmt = self.wrap_str_format(value)
+        if fmt is not None:
+            return fmt
+        # jinja2's safety verdict depends only on the object's type and the attribute name
+        # (never on the value), so it is computed once per pair.
+        key = (type(obj), attribute)
+        safe = self._safe_attributes.get(key)
+        if safe is None:
+            safe = self._safe_attributes[key] = self.is_safe_attribute(obj, attribute, value)
+        return value if safe else self.unsafe_undefined(obj, attribute)
 
     def unsafe_undefined(self, obj: Any, attribute: str) -> jinja2.Undefined:
         # jinja2 returns an Undefined that renders as "" until used further; a template that

@@ -126,12 +126,13 @@ class Tokenizer:
         added. ``with_cuts`` also lists the hard cuts (the tiktoken path always does)."""
         if self.segments is not None:
             ids, cuts = self.segments.encode(text)
-            return Encoded(ids, CutTokenMap(text, cuts, len(ids), self._segment_map), cuts)
+            return Encoded(ids, CutTokenMap(text, cuts, len(ids), self.segment_map), cuts)
         enc = self.backend.encode(text, add_special_tokens=False)
         token_map = EncodingTokenMap(enc, len(text))
         return Encoded(enc.ids, token_map, token_map.cuts(self.added_ids) if with_cuts else None)
 
-    def _segment_map(self, segment: str) -> TokenMap:
+    def segment_map(self, segment: str) -> TokenMap:
+        """The exact ``TokenMap`` of one plain segment (text between two hard cuts)."""
         return EncodingTokenMap(self.backend.encode(segment, add_special_tokens=False), len(segment))
 
     def encode_ids(self, text: str) -> list[int]:

@@ -1,0 +1,216 @@
+"""Session-incremental rendering: per-turn cost proportional to what changed.
+
+A serving frontend renders every turn of a conversation, and each request repeats the whole
+history. ``Session.render`` gives exactly what ``Family.render`` gives for the same request,
+but only validates the messages it has not seen and only tokenizes the text after the last
+point where (a) the new text agrees with the previous request's text and (b) the token
+stream is provably cut there: a hard cut at an added token (``boundary.encoding``) lying at
+least ``max_added_len`` characters inside the shared text, so no added-token match can
+straddle it. Templates that rewrite history (dropping earlier reasoning, injecting a date or
+a default system prompt) simply move that point back to where the texts first differ.
+
+The Jinja render itself is repeated every turn: it is the only way to know the exact text.
+
+``SessionCache`` keeps sessions by id with a capacity and least-recently-used eviction.
+"""
+
+from __future__ import annotations
+
+import copy
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from boundary.boundaries import Rendering, assemble
+from boundary.encoding import Cut, CutTokenMap
+from boundary.protocol import (
+    ArgumentsForm,
+    Message,
+    Tool,
+    call_ids_of,
+    parse_messages,
+    parse_tools,
+    to_template_tools,
+)
+
+if TYPE_CHECKING:
+    from boundary.family import Family
+
+
+_UNSET = object()
+
+
+def common_prefix_length(a: str, b: str) -> int:
+    """Length of the longest common prefix of ``a`` and ``b`` (slices compared in C)."""
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+    while hi - lo > 32:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    while a[lo] == b[lo]:
+        lo += 1
+    return lo
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """Counters over a session's renders: how many tokens were kept and how many encoded."""
+
+    requests: int = 0
+    reused_tokens: int = 0
+    encoded_tokens: int = 0
+    revalidated_messages: int = 0
+
+
+class Session:
+    """Renders the successive requests of one conversation; results equal ``Family.render``.
+
+    Messages are compared by value with the ones seen before (a private copy is kept of each
+    new message), so callers may pass freshly parsed dicts every turn.
+    """
+
+    def __init__(self, family: Family) -> None:
+        self.family = family
+        self.stats = SessionStats()
+        self._seen: list[Any] = []  # copies of the messages last given
+        self._normalized: list[dict[str, Any]] = []
+        self._arguments: ArgumentsForm | None = None
+        self._tools_raw: Any = _UNSET
+        self._tools: list[dict[str, Any]] | None = None
+        self._text = ""
+        self._ids: list[int] = []
+        self._cuts: list[Cut] = []
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        tools: Sequence[Mapping[str, Any] | Tool] | None = None,
+        add_generation_prompt: bool = True,
+        *,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        sanitize_control_tokens: bool = False,
+        arguments: ArgumentsForm | None = None,
+        now: datetime | None = None,
+        **template_kwargs: Any,
+    ) -> Rendering:
+        """Same signature and result as ``Family.render``."""
+        fam = self.family
+        normalized = self._prepare(messages, arguments)
+        if self._tools_raw is _UNSET or tools != self._tools_raw:
+            self._tools = to_template_tools(parse_tools(tools))
+            self._tools_raw = copy.deepcopy(tools)
+        if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
+            self._text, self._ids, self._cuts = "", [], []
+            return fam.render_prepared(
+                normalized,
+                self._tools,
+                add_generation_prompt,
+                variant=variant,
+                documents=documents,
+                sanitize_control_tokens=True,
+                now=now,
+                **template_kwargs,
+            )
+        rendered = fam.render_text(
+            normalized,
+            self._tools,
+            add_generation_prompt,
+            variant=variant,
+            documents=documents,
+            now=now,
+            **template_kwargs,
+        )
+        text = rendered.text
+        ids, cuts = self._encode(text)
+        self._text, self._ids, self._cuts = text, ids, cuts
+        token_map = CutTokenMap(text, cuts, len(ids), fam.tokenizer.segment_map)
+        return assemble(rendered, text, ids, token_map, lambda c: c)
+
+    def _prepare(self, messages: Sequence[Any], arguments: ArgumentsForm | None) -> list[dict[str, Any]]:
+        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+            parse_messages(messages)  # raises the usual error
+        if arguments != self._arguments:
+            self._seen, self._normalized, self._arguments = [], [], arguments
+        keep = 0
+        limit = min(len(messages), len(self._seen))
+        while keep < limit and _same(messages[keep], self._seen[keep]):
+            keep += 1
+        tail = messages[keep:]
+        models = parse_messages(tail, first_index=keep, call_ids=call_ids_of(self._normalized[:keep]))
+        self._normalized = self._normalized[:keep] + self.family.normalize(models, arguments)
+        self._seen = self._seen[:keep] + [m if isinstance(m, BaseModel) else copy.deepcopy(m) for m in tail]
+        self.stats.revalidated_messages += len(tail)
+        return list(self._normalized)
+
+    def _encode(self, text: str) -> tuple[list[int], list[Cut]]:
+        tok = self.family.tokenizer
+        shared = common_prefix_length(self._text, text)
+        k = bisect_right([c.char for c in self._cuts], shared - tok.max_added_len) - 1
+        start = self._cuts[k] if k >= 0 else Cut(0, 0)
+        suffix = tok.encode(text[start.char :], with_cuts=True)
+        ids = self._ids[: start.token] + suffix.ids
+        cuts = self._cuts[: k + 1] + [
+            Cut(start.char + c.char, start.token + c.token) for c in suffix.cuts or () if c.char > 0
+        ]
+        self.stats.requests += 1
+        self.stats.reused_tokens += start.token
+        self.stats.encoded_tokens += len(suffix.ids)
+        return ids, cuts
+
+
+def _same(given: Any, seen: Any) -> bool:
+    if isinstance(given, BaseModel):
+        return given == seen
+    return isinstance(given, Mapping) and given == seen
+
+
+class SessionCache:
+    """Sessions by id; at most ``capacity`` are kept and the least recently used is dropped
+    first. Memory per session is one conversation's text, ids and cuts."""
+
+    def __init__(self, family: Family, capacity: int = 1024) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.family = family
+        self.capacity = capacity
+        self.evictions = 0
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+
+    def get(self, session_id: str) -> Session:
+        """The session for ``session_id``, created when new; marks it most recently used."""
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = self._sessions[session_id] = Session(self.family)
+            if len(self._sessions) > self.capacity:
+                self._sessions.popitem(last=False)
+                self.evictions += 1
+        else:
+            self._sessions.move_to_end(session_id)
+        return session
+
+    def render(self, session_id: str, messages: Sequence[Any], *args: Any, **kwargs: Any) -> Rendering:
+        return self.get(session_id).render(messages, *args, **kwargs)
+
+    def drop(self, session_id: str) -> bool:
+        """Forget a session (e.g. when the conversation ends); True if it was cached."""
+        return self._sessions.pop(session_id, None) is not None
+
+    def clear(self) -> None:
+        self._sessions.clear()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._sessions
