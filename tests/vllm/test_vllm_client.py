@@ -56,3 +56,29 @@ def test_vllm_accepts_the_body_and_hands_the_hints_to_the_scheduler():
     params = parsed.to_sampling_params(64, {})
     hints = decode_hints(params.extra_args, len(req.rendering.token_ids))
     assert hints.status is HintStatus.ACCEPTED and hints.input_end == req.rendering.u_end
+
+
+def test_the_example_client_prints_the_body_it_would_send(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    messages = tmp_path / "messages.json"
+    messages.write_text(json.dumps(tau_bench_airline()[11][:4]))
+    script = Path(__file__).resolve().parents[2] / "integrations" / "vllm" / "examples" / "chat_client.py"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--model",
+            MODEL,
+            "--messages",
+            str(messages),
+            "--thinking",
+            "--dry-run",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout) == request().body | {"max_tokens": 512}

@@ -213,3 +213,14 @@ def test_a_request_may_pick_its_policy_where_the_engine_allows_it():
     run = Replay(shape(Policy.MAIN_SPARSE))
     assert hits(run.run_all(stream)) == [0, 0]
     assert run.counters.hints == {"rejected": 2}
+
+
+@pytest.mark.parametrize("name", ["BoundaryScheduler", "AsyncBoundaryScheduler"])
+def test_the_schedulers_load_by_name_as_scheduler_cls_does(name):
+    import boundary_vllm.scheduler
+    from vllm.config import SchedulerConfig
+
+    config = SchedulerConfig(
+        max_model_len=8192, is_encoder_decoder=False, scheduler_cls=f"boundary_vllm.scheduler.{name}"
+    )
+    assert config.get_scheduler_cls() is getattr(boundary_vllm.scheduler, name)
