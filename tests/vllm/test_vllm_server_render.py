@@ -43,3 +43,15 @@ def test_a_server_rendered_stream_gets_the_same_hits_as_a_hinted_one():
     assert [o.hit_tokens for o in derived] == [o.hit_tokens for o in hinted]
     assert [o.hit_kind for o in derived] == [o.hit_kind for o in hinted]
     assert server.counters.hints == {"derived": len(stream)}
+
+
+@pytest.mark.slow
+def test_the_served_models_own_tokenizer_files_give_the_same_generation_prompts(tmp_path, suffixes):
+    from boundary_vllm.server_render import load_server_family
+
+    from tests.support import reference_tokenizer
+
+    reference_tokenizer("qwen3_5", "think").save_pretrained(tmp_path)  # what a model directory holds
+    served = load_server_family("model", model_tokenizer=str(tmp_path), variant=None)
+    derived = GenerationSuffixes.from_family(served, template_kwargs=[{"enable_thinking": False}])
+    assert derived.suffixes == suffixes.suffixes

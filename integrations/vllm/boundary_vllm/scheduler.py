@@ -71,7 +71,9 @@ class BoundaryCheckpointsMixin:
                 variant=self.boundary_settings.server_family_variant,
             )
             self._suffixes = GenerationSuffixes.from_family(
-                family, self.boundary_settings.server_family_variant
+                family,
+                self.boundary_settings.server_family_variant,
+                self.boundary_settings.server_template_kwargs,
             )
         self._pending_hits: dict[str, int] = {}
         self._pending_splits: dict[str, int] = {}

@@ -12,8 +12,9 @@ beyond the exact token prefix it represents.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import boundary
 from boundary.datasets import default_conversation
@@ -28,9 +29,16 @@ class GenerationSuffixes:
     suffixes: tuple[tuple[int, ...], ...]
 
     @classmethod
-    def from_family(cls, family: boundary.Family, variant: str | None = None) -> GenerationSuffixes:
+    def from_family(
+        cls,
+        family: boundary.Family,
+        variant: str | None = None,
+        template_kwargs: Sequence[Mapping[str, Any]] = (),
+    ) -> GenerationSuffixes:
+        """Probe every boolean template flag of the family's spec flipped, plus each of
+        ``template_kwargs`` (a family loaded from a model directory declares no flags)."""
         found: set[tuple[int, ...]] = set()
-        for kwargs in _flag_settings(family):
+        for kwargs in (*_flag_settings(family), *template_kwargs):
             for probe in _probes():
                 try:
                     r = family.render(probe, add_generation_prompt=True, variant=variant, **kwargs)

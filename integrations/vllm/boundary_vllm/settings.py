@@ -53,6 +53,11 @@ class IntegrationSettings(BaseModel):
         ),
     )
     server_family_variant: str | None = None
+    server_template_kwargs: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Further template-variable settings whose generation prompts to recognise, e.g. "
+        '[{"enable_thinking": false}] with server_family "model".',
+    )
     decode_to_prefill: bool = Field(
         default=False,
         description="Disaggregated prefill/decode only: a KV path carries decode-side states to prefill.",
