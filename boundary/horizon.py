@@ -116,8 +116,8 @@ def stability_horizon(
     variant: str | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
 ) -> Horizon:
-    """Predict the horizon of one turn. ``messages`` are the request's template messages
-    (``Family.prepare``), indexed like ``prompt.message_starts``."""
+    """Predict the horizon of one turn. ``messages`` are the request's messages (as sent, or
+    as ``Family.prepare`` gives them), indexed like ``prompt.message_starts``."""
     fmt = output_format(family, variant)
     kwargs = dict(template_kwargs or {})
     pos = _Positions(family, prompt, generated)
@@ -136,7 +136,8 @@ def stability_horizon(
 
     def has_reasoning(m: Mapping[str, Any]) -> bool:
         content = m.get("content")
-        return bool(m.get(reasoning_field)) or (isinstance(content, str) and "</think>" in content)
+        field = m.get(reasoning_field) or m.get("reasoning_content") or m.get("reasoning")
+        return bool(field) or (isinstance(content, str) and "</think>" in content)
 
     limits: list[HorizonLimit] = []
     holds: list[str] = []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -130,17 +131,28 @@ class RoundTrip:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the longest common prefix of two id sequences."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    """The length of the longest common prefix of two id sequences (a binary search over
+    their packed bytes: memory compares, no per-id Python work)."""
+    return common_prefix_packed(packed(a), packed(b))
+
+
+def packed(ids: Sequence[int]) -> bytes:
+    """Ids as 8-byte machine integers, for ``common_prefix_packed``."""
+    return array("q", ids).tobytes()
+
+
+def common_prefix_packed(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b)) // 8
+    if a[: n * 8] == b[: n * 8]:
         return n
-    lo = 0
-    while lo < n:
-        hi = min(n, lo + 512)
-        if a[lo:hi] != b[lo:hi]:
-            return next(i for i in range(lo, hi) if a[i] != b[i])
-        lo = hi
-    return n
+    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi] (in ids)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo * 8 : mid * 8] == b[lo * 8 : mid * 8]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def trailing_controls(ids: Sequence[int], control_ids: frozenset[int]) -> int:
@@ -238,8 +250,35 @@ def _whitespace_only(a: str, b: str) -> bool:
     return n > 0 and _without_space(a, n) == _without_space(b, n)
 
 
-def _char_of(family: Family, ids: Sequence[int]) -> int:
-    return len(family.tokenizer.decode(list(ids)))
+def _common_chars(a: str, b: str) -> int:
+    n = min(len(a), len(b))
+    if a[:n] == b[:n]:
+        return n
+    lo, hi = 0, n
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _token_ends_by(rendering: Rendering, token: int, char: int) -> bool:
+    """Token ``token`` of ``rendering`` ends at or before text position ``char``."""
+    if token >= len(rendering.token_ids):
+        return True
+    return int(rendering.boundary_at(char).token or 0) > token
+
+
+def _token_ends_by_a(
+    family: Family, prompt: Rendering, generated: Sequence[int], token: int, char: int
+) -> bool:
+    """The same for ``prompt + generated`` (generated tokens measured by decoding them)."""
+    p = len(prompt.token_ids)
+    if token < p:
+        return char >= len(prompt.text) or int(prompt.boundary_at(char).token or 0) > token
+    return len(prompt.text) + len(family.tokenizer.decode(list(generated[: token - p + 1]))) <= char
 
 
 def classify(
@@ -253,23 +292,16 @@ def classify(
     history_same: bool = True,
 ) -> tuple[Cause, str]:
     """Name the cause of the first divergence at token ``lcp``."""
-    p = len(prompt.token_ids)
     seq = prompt.token_ids + list(generated)
     a = prompt.text + parsed.text
     b = nxt.text
-    c = 0
-    limit = min(len(a), len(b))
-    while c < limit and a[c] == b[c]:
-        c += 1
-    start = (
-        _char_of(family, seq[:lcp]) if lcp < p else len(prompt.text) + _char_of(family, generated[: lcp - p])
-    )
-    end_a = start + len(family.tokenizer.decode(seq[lcp : lcp + 1]))
-    end_b = start + len(family.tokenizer.decode(nxt.token_ids[lcp : lcp + 1]))
-    if c >= max(end_a, end_b) or (c >= len(a) and len(a) <= len(b)):
+    c = _common_chars(a, b)
+    agreed = c >= len(a)  # all of prompt + generated is text of the next request
+    if agreed or (_token_ends_by(nxt, lcp, c) and _token_ends_by_a(family, prompt, generated, lcp, c)):
+        tok = family.tokenizer
         return Cause.BPE_REMERGE, (
-            f"the text agrees but token {lcp} differs: {family.tokenizer.decode(seq[lcp : lcp + 1])!r} here, "
-            f"{family.tokenizer.decode(nxt.token_ids[lcp : lcp + 1])!r} in the next request"
+            f"the text agrees but token {lcp} differs: {tok.decode(seq[lcp : lcp + 1])!r} here, "
+            f"{tok.decode(nxt.token_ids[lcp : lcp + 1])!r} in the next request"
         )
     if parsed.status is not OutputStatus.COMPLETE and c >= len(prompt.text):
         return Cause.PARSE_FAILURE, f"{parsed.status.value}: {parsed.problem}"

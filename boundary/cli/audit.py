@@ -1,0 +1,224 @@
+"""``boundary audit``: which of P_end / U_end / D_end each next request of a trace reuses, and why not.
+
+    boundary audit TRACE.jsonl --family qwen3_5 [--unit N] [--template-kwargs JSON]
+                   [--json PATH] [--markdown PATH] [--plot PATH]
+    boundary audit --tau-bench [--reasoning seeded] --family qwen3_6 ...
+    boundary audit --regress tests/golden [--update]
+
+Markdown goes to stdout (or ``--markdown``), progress and a summary table to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "audit",
+        help="audit a multi-turn trace: which checkpoints the next request reuses, and why D_end does not",
+        description="Audit a JSONL trace (one OpenAI chat request per line: session, messages, tools, "
+        "output) for a family: per turn U_end / P_end / D_end and which of them the next request reuses; a "
+        "summary with reuse rates, reused tokens, causes, producer ages, the stability horizon and what-if "
+        "re-runs.",
+    )
+    p.add_argument("trace", nargs="?", type=Path, help="JSONL trace (omit with --tau-bench or --regress)")
+    p.add_argument("--family", help="shipped family, e.g. qwen3_5")
+    p.add_argument("--variant", help="template variant (default: the family's default)")
+    p.add_argument(
+        "--unit", type=int, default=1, help="prefix_match_unit checkpoints materialize at (default 1)"
+    )
+    p.add_argument("--template-kwargs", default="{}", help="JSON object, e.g. '{\"enable_thinking\": false}'")
+    p.add_argument("--now", help="pin the date date-stamped templates write (ISO, e.g. 2026-05-15)")
+    p.add_argument(
+        "--json", dest="json_out", type=Path, help="write per-turn records and the summary ('-': stdout)"
+    )
+    p.add_argument("--markdown", type=Path, help="write the Markdown report here instead of stdout")
+    p.add_argument("--plot", type=Path, help="write a PNG plot of reuse per checkpoint kind")
+    p.add_argument(
+        "--no-what-if", action="store_true", help="skip the re-runs with template options / client habits"
+    )
+    tau = p.add_argument_group("tau-bench airline trajectories as the trace")
+    tau.add_argument(
+        "--tau-bench", action="store_true", help="use the shipped tau-bench airline trajectories"
+    )
+    tau.add_argument(
+        "--reasoning",
+        choices=["none", "seeded"],
+        default="none",
+        help="seeded: give every assistant turn synthetic reasoning (the data has none)",
+    )
+    tau.add_argument("--echo-reasoning", action="store_true", help="later requests send the reasoning back")
+    tau.add_argument("--seed", type=int, default=0, help="seed of the synthetic reasoning (default 0)")
+    tau.add_argument("--trajectories", type=int, help="use only the first N trajectories")
+    tau.add_argument("--write-trace", type=Path, help="also write the converted trace as JSONL")
+    reg = p.add_argument_group("template regression")
+    reg.add_argument(
+        "--regress",
+        type=Path,
+        metavar="GOLDEN",
+        help="re-render the golden corpus in GOLDEN (<family>-<case>/ folders) and report drift",
+    )
+    reg.add_argument("--update", action="store_true", help="with --regress: rewrite the expected files")
+    reg.add_argument(
+        "--add-cases",
+        type=Path,
+        metavar="CONVERSATIONS",
+        help="with --regress: create cases from a folder of conversation files for --family "
+        "(or every shipped family)",
+    )
+
+
+def _kwargs(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--template-kwargs: not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--template-kwargs: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.regress is not None:
+        return _regress(args)
+    if args.family is None:
+        raise ValueError("--family is required (e.g. --family qwen3_5)")
+    if (args.trace is None) == (not args.tau_bench):
+        raise ValueError("give a TRACE file or --tau-bench (one of them)")
+    if args.unit < 1:
+        raise ValueError(f"--unit must be at least 1, got {args.unit}")
+    kwargs = _kwargs(args.template_kwargs)
+    now = _now(args.now)
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    import boundary
+    from boundary.audit.markdown import to_markdown
+    from boundary.audit.records import AuditReport
+    from boundary.audit.runner import AuditSettings, audit_requests
+    from boundary.audit.whatif import candidates, run_what_if, trace_habits
+    from boundary.trace import read_trace, tau_bench_trace, write_trace
+
+    err = Console(stderr=True, highlight=False)
+    fam = boundary.load_family(args.family, variant=args.variant)
+    fam.render(
+        [{"role": "user", "content": "x"}], **kwargs
+    )  # template kwargs are checked before the long run
+    if args.tau_bench:
+        requests = tau_bench_trace(
+            reasoning=args.reasoning,
+            echo_reasoning=args.echo_reasoning,
+            seed=args.seed,
+            trajectories=args.trajectories,
+        )
+        label = f"tau-bench airline ({args.reasoning} reasoning{', echoed' if args.echo_reasoning else ''})"
+        if args.write_trace:
+            write_trace(args.write_trace, requests)
+    else:
+        requests = read_trace(args.trace)
+        label = str(args.trace)
+    settings = AuditSettings(
+        unit=args.unit, variant=args.variant, template_kwargs=kwargs, habits=trace_habits(requests), now=now
+    )
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(f"auditing {fam.name}", total=len(requests))
+        base = audit_requests(fam, requests, settings, advance=lambda n: progress.advance(task, n))
+        what_ifs = [] if args.no_what_if else candidates(fam, settings, base)
+        done = []
+        for w in what_ifs:
+            task = progress.add_task(f"what if: {w.name}", total=len(requests))
+            done.append(
+                run_what_if(
+                    fam, requests, settings, base, w, advance=lambda n, t=task: progress.advance(t, n)
+                )
+            )
+    report = AuditReport(
+        family=fam.name,
+        variant=args.variant or fam.default_variant,
+        tokenizer=fam.tokenizer.source,
+        stand_in_tokenizer=fam.tokenizer.stand_in,
+        unit=args.unit,
+        template_kwargs=kwargs,
+        habits={"echo_reasoning": settings.habits.echo_reasoning, "arguments": settings.habits.arguments},
+        trace=label,
+        summary=base.summary,
+        what_if=done,
+        turns=base.records,
+    )
+    _summary_table(err, report)
+    markdown = to_markdown(report)
+    if args.markdown:
+        args.markdown.write_text(markdown, encoding="utf-8")
+    elif str(args.json_out) != "-":
+        sys.stdout.write(markdown)
+    if args.plot:
+        from boundary.audit.plot import write_plot
+
+        write_plot(report, args.plot)
+    if args.json_out:
+        text = report.model_dump_json()
+        if str(args.json_out) == "-":
+            sys.stdout.write(text + "\n")
+        else:
+            args.json_out.write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+def _now(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"--now: not an ISO date or time: {text!r}") from None
+
+
+def _summary_table(err: Any, report: Any) -> None:
+    from rich.table import Table
+
+    s = report.summary
+    table = Table(
+        title=f"{report.family} ({report.variant}): {s.turns} turns, {s.turns_with_next} with a next request"
+    )
+    table.add_column("checkpoint")
+    table.add_column("reused by next", justify="right")
+    table.add_column("mean tokens reused", justify="right")
+    for kind, k in s.kinds.items():
+        table.add_row(kind, f"{100 * k.rate:.1f}%", f"{k.mean_reused_tokens:,.0f}")
+    table.add_row("best earlier (any turn)", "", f"{s.mean_reused_tokens:,.0f}")
+    err.print(table)
+
+
+def _regress(args: argparse.Namespace) -> int:
+    from boundary.audit.regress import add_cases, check_corpus, write_expected
+    from boundary.family import family_names, family_spec
+
+    families = [args.family] if args.family else None
+    if args.add_cases:
+        names = families or [n for n in family_names() if family_spec(n).default_variant]
+        made = add_cases(args.regress, args.add_cases, names)
+        print(f"boundary audit: {made} new cases in {args.regress}", file=sys.stderr)
+    if args.update or args.add_cases:
+        written = write_expected(args.regress, families=families)
+        print(f"boundary audit: wrote expected files for {written} cases in {args.regress}", file=sys.stderr)
+        return 0
+    checked, drifts = check_corpus(args.regress, families=families)
+    for drift in drifts:
+        print(f"drift: {drift}")
+    verdict = f"{len(drifts)} drifts in {checked} cases" if drifts else f"no drift in {checked} cases"
+    print(f"boundary audit --regress {args.regress}: {verdict}", file=sys.stderr)
+    return 1 if drifts else 0
