@@ -13,6 +13,7 @@ import importlib
 import sys
 
 COMMANDS = {
+    "audit": "boundary.cli.audit",
     "experiment": "boundary.cli.experiment",
     "render": "boundary.cli.render",
 }
