@@ -224,3 +224,32 @@ def test_the_schedulers_load_by_name_as_scheduler_cls_does(name):
         max_model_len=8192, is_encoder_decoder=False, scheduler_cls=f"boundary_vllm.scheduler.{name}"
     )
     assert config.get_scheduler_cls() is getattr(boundary_vllm.scheduler, name)
+
+
+def test_the_counters_are_logged_and_exported_as_metrics():
+    import logging
+
+    from prometheus_client import REGISTRY
+
+    def exported(kind: str) -> float:
+        return REGISTRY.get_sample_value("boundary_prefix_hits_total", {"kind": kind}) or 0.0
+
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("vllm.boundary_vllm.scheduler")  # configured by vLLM in a real engine
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    before = exported("input_end")
+    try:
+        run = Replay(shape(Policy.BOTH, settings={"log_interval_s": 1e-9}))
+        run.run_all(requests(turn(11, 2), turn(11, 4)))
+        run.counters  # noqa: B018  (a report pushes the latest counts)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    assert any("boundary checkpoints: policy=both, active; decode_end consumable" in line for line in lines)
+    assert any("hits: input_end=1, miss=1" in line for line in lines)
+    assert exported("input_end") == before + 1
+    assert REGISTRY.get_sample_value("boundary_decode_end_consumable") == 1

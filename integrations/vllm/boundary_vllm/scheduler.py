@@ -36,7 +36,7 @@ from boundary_vllm.retention import CheckpointRetention, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
 from boundary_vllm.settings import IntegrationSettings, Policy, read_settings
 
-logger = init_logger(__name__)
+logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, so its handlers and level apply
 
 DERIVED = "derived"  # hint label: U_end recognised from a server-rendered generation prompt
 _COMPLETED = (RequestStatus.FINISHED_STOPPED, RequestStatus.FINISHED_LENGTH_CAPPED)
