@@ -19,9 +19,9 @@ import json
 import random
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
 
 from boundary.errors import RequestError
 
@@ -48,7 +48,26 @@ class MessageOutput(_Model):
     message: dict[str, Any]
 
 
-Output = TextOutput | TokenOutput | MessageOutput
+def _output_kind(value: Any) -> str | None:
+    if isinstance(value, BaseModel):
+        return type(value).__name__
+    if isinstance(value, dict) and len(value) == 1:
+        return {"text": "TextOutput", "token_ids": "TokenOutput", "message": "MessageOutput"}.get(
+            next(iter(value))
+        )
+    return None
+
+
+Output = Annotated[
+    Annotated[TextOutput, Tag("TextOutput")]
+    | Annotated[TokenOutput, Tag("TokenOutput")]
+    | Annotated[MessageOutput, Tag("MessageOutput")],
+    Discriminator(
+        _output_kind,
+        custom_error_type="output_kind",
+        custom_error_message="expected exactly one of text, token_ids, message",
+    ),
+]
 
 
 class TraceRequest(_Model):
@@ -80,8 +99,6 @@ def parse_line(line: str, where: str) -> TraceRequest:
         raise RequestError(f"not JSON ({exc.msg} at column {exc.colno})", location=where) from None
     if not isinstance(data, dict):
         raise RequestError(f"expected a JSON object, got {type(data).__name__}", location=where)
-    if isinstance(data.get("output"), dict) and len(data["output"]) != 1:
-        raise RequestError("expected exactly one of text, token_ids, message", location=f"{where}: output")
     try:
         return _REQUEST.validate_python(data)
     except ValidationError as exc:

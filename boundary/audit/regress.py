@@ -207,7 +207,8 @@ def compare(name: str, expected: dict[str, Any], actual: dict[str, Any]) -> list
 
 def _text_drift(old: str, new: str) -> str:
     n = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
-    return f" (the text first differs at char {n}: {old[n : n + 40]!r} before, {new[n : n + 40]!r} now)"
+    before, now = old[max(0, n - 24) : n + 32], new[max(0, n - 24) : n + 32]
+    return f" (the last request's text first differs at char {n}: {before!r} before, {now!r} now)"
 
 
 def write_expected(

@@ -1,0 +1,130 @@
+"""Trace I/O: JSONL requests with sessions and outputs; the tau-bench converter."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from boundary.errors import RequestError
+from boundary.trace import (
+    MessageOutput,
+    TextOutput,
+    TokenOutput,
+    TraceRequest,
+    read_trace,
+    sessions,
+    tau_bench_trace,
+    write_trace,
+)
+
+
+def _write(tmp_path, lines):
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_a_trace_reads_every_output_form_and_groups_requests_by_session(tmp_path):
+    path = _write(
+        tmp_path,
+        [
+            json.dumps(
+                {"session": "a", "messages": [{"role": "user", "content": "hi"}], "output": {"text": "x"}}
+            ),
+            "",
+            json.dumps(
+                {
+                    "session": "b",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "output": {"token_ids": [1]},
+                }
+            ),
+            json.dumps(
+                {
+                    "session": "a",
+                    "messages": [{"role": "user", "content": "hi"}],
+                    "output": {"message": {"role": "assistant", "content": "y"}},
+                }
+            ),
+            json.dumps({"session": "a", "messages": [{"role": "user", "content": "hi"}]}),
+        ],
+    )
+    requests = read_trace(path)
+    assert [type(r.output) for r in requests] == [TextOutput, TokenOutput, MessageOutput, type(None)]
+    assert {k: len(v) for k, v in sessions(requests).items()} == {"a": 3, "b": 1}
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", "t.jsonl:1: not JSON"),
+        ("[1]", "t.jsonl:1: expected a JSON object, got list"),
+        ('{"messages": [{"role": "user", "content": "x"}]}', "t.jsonl:1: session: Field required"),
+        ('{"session": "s", "messages": []}', "t.jsonl:1: messages: List should have at least 1 item"),
+        (
+            '{"session": "s", "messages": [{"role": "user", "content": "x"}], "extra": 1}',
+            "t.jsonl:1: extra: unexpected",
+        ),
+        (
+            '{"session": "s", "messages": [{"role": "user", "content": "x"}], '
+            '"output": {"text": "a", "token_ids": []}}',
+            "t.jsonl:1: output: expected exactly one of text, token_ids, message",
+        ),
+        (
+            '{"session": "s", "messages": [{"role": "user", "content": "x"}], "output": {"token_ids": ["a"]}}'
+            "",
+            "t.jsonl:1: output.token_ids.0",
+        ),
+    ],
+)
+def test_bad_lines_are_request_errors_naming_the_file_and_line(tmp_path, line, message):
+    with pytest.raises(RequestError) as info:
+        read_trace(_write(tmp_path, [line]))
+    assert str(info.value).startswith(str(tmp_path / message.split(":")[0]))
+    assert message.split(":", 1)[1].strip() in str(info.value)
+
+
+def test_a_missing_or_empty_trace_is_a_request_error(tmp_path):
+    with pytest.raises(RequestError, match="cannot read the trace"):
+        read_trace(tmp_path / "missing.jsonl")
+    with pytest.raises(RequestError, match="no requests"):
+        read_trace(_write(tmp_path, [""]))
+
+
+def test_a_written_trace_reads_back_equal(tmp_path):
+    requests = tau_bench_trace(reasoning="seeded", trajectories=2)
+    write_trace(tmp_path / "x.jsonl", requests)
+    assert read_trace(tmp_path / "x.jsonl") == requests
+
+
+def test_tau_bench_becomes_one_request_per_assistant_turn_with_seeded_reasoning():
+    plain = tau_bench_trace()
+    assert len(plain) == 2454 and len(sessions(plain)) == 200
+    assert all(isinstance(r.output, MessageOutput) for r in plain)
+    assert not any("reasoning_content" in r.output.message for r in plain)
+    seeded = tau_bench_trace(reasoning="seeded", trajectories=3)
+    again = tau_bench_trace(reasoning="seeded", trajectories=3)
+    other = tau_bench_trace(reasoning="seeded", trajectories=3, seed=1)
+    assert [r.output.message["reasoning_content"] for r in seeded] == [
+        r.output.message["reasoning_content"] for r in again
+    ]
+    assert seeded != other
+    # a request's history is the previous request's history plus what followed it
+    first = [r for r in seeded if r.session == seeded[0].session]
+    assert all(b.messages[: len(a.messages)] == a.messages for a, b in itertools.pairwise(first))
+    assert not any(m.get("reasoning_content") for r in seeded for m in r.messages)
+
+
+def test_echoed_reasoning_appears_in_later_requests():
+    echoed = tau_bench_trace(reasoning="seeded", echo_reasoning=True, trajectories=1)
+    produced = echoed[0].output.message
+    later = echoed[1].messages[len(echoed[0].messages)]
+    assert later["reasoning_content"] == produced["reasoning_content"]
+
+
+def test_trace_requests_are_frozen_models():
+    r = TraceRequest(session="s", messages=[{"role": "user", "content": "x"}])
+    with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on assignment
+        r.session = "t"
