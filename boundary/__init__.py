@@ -22,7 +22,10 @@ from boundary.errors import (
     TokenizerError,
 )
 from boundary.family import Family, FamilySpec, family_names, family_spec, load_family
+from boundary.horizon import Horizon, stability_horizon
 from boundary.offsets import Boundary, BoundaryStatus, CharOffset, Span, TokenOffset
+from boundary.outputs import GeneratedOutput, OutputStatus, ParsedOutput, format_output, parse_output
+from boundary.roundtrip import Cause, ClientHabits, RoundTrip, verify_round_trip
 from boundary.sandbox import RenderLimits
 from boundary.tokenizer import Tokenizer
 
@@ -32,15 +35,22 @@ __all__ = [
     "Boundary",
     "BoundaryError",
     "BoundaryStatus",
+    "Cause",
     "CharOffset",
     "Checkpoint",
     "CheckpointKind",
+    "ClientHabits",
     "Family",
     "FamilySpec",
+    "GeneratedOutput",
+    "Horizon",
+    "OutputStatus",
+    "ParsedOutput",
     "RenderLimitExceeded",
     "RenderLimits",
     "Rendering",
     "RequestError",
+    "RoundTrip",
     "SandboxViolation",
     "Span",
     "TemplateError",
@@ -51,6 +61,10 @@ __all__ = [
     "TokenizerError",
     "family_names",
     "family_spec",
+    "format_output",
     "load_family",
     "materialize",
+    "parse_output",
+    "stability_horizon",
+    "verify_round_trip",
 ]
