@@ -253,3 +253,14 @@ def test_the_counters_are_logged_and_exported_as_metrics():
     assert any("hits: input_end=1, miss=1" in line for line in lines)
     assert exported("input_end") == before + 1
     assert REGISTRY.get_sample_value("boundary_decode_end_consumable") == 1
+
+
+def test_on_a_model_without_recurrent_layers_the_plugin_is_inactive_and_upstream():
+    stream = requests(*turns(11)[:3])
+    attention_only = EngineShape(mamba_layers=0)
+    run = Replay(attention_only)
+    outcomes = run.run_all(stream)
+    assert run.scheduler.boundary_retention is None
+    baseline = replay(stream, EngineShape(plugin=False, mamba_layers=0))
+    assert scheduled(outcomes) == scheduled(baseline)
+    assert run.scheduler._pending_hits == {}

@@ -69,7 +69,7 @@ class EngineShape:
     plugin: bool = True
     policy: Policy = Policy.BOTH
     async_scheduling: bool = False
-    mamba_layers: int = 3
+    mamba_layers: int = 3  # 0: no Mamba group (a plain attention model)
     mamba_state_shapes: tuple[tuple[int, ...], ...] = ((3, 512), (8, 64, 64))  # conv state, recurrent state
     attention_layers: int = 1
     settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]`` keys
@@ -252,7 +252,15 @@ def _kv_cache_config(shape: EngineShape, retention_interval: int | None) -> KVCa
             KVCacheGroupSpec(
                 [f"model.layers.{i}.self_attn.attn" for i in range(shape.attention_layers)], attention
             ),
-            KVCacheGroupSpec([f"model.layers.{i}.linear_attn" for i in range(shape.mamba_layers)], mamba),
+            *(  # no Mamba layers: a plain attention model, for which the plugin stays inactive
+                [
+                    KVCacheGroupSpec(
+                        [f"model.layers.{i}.linear_attn" for i in range(shape.mamba_layers)], mamba
+                    )
+                ]
+                if shape.mamba_layers
+                else []
+            ),
         ],
         prefix_cache_retention_interval=retention_interval,  # as vLLM's KV-cache planning copies it
     )

@@ -125,7 +125,8 @@ class BoundaryCheckpointsMixin:
 
     def _get_local_prefix_cache_hit(self, request: Request, max_cache_hit_length: int | None = None):
         result = super()._get_local_prefix_cache_hit(request, max_cache_hit_length)
-        self._pending_hits[request.request_id] = result[1]
+        if self.boundary_retention is not None:
+            self._pending_hits[request.request_id] = result[1]
         return result
 
     # -- scheduling --------------------------------------------------------------------------------
@@ -160,8 +161,8 @@ class BoundaryCheckpointsMixin:
                     self.boundary_counters.record_hit(retention.classify_hit(request, hit), hit)
                 if self._pending_splits.get(req_id) == num_scheduled:
                     self.boundary_counters.forced_splits += 1
-            self._pending_hits.clear()
-            self._pending_splits.clear()
+        self._pending_hits.clear()  # lookups of requests that were not scheduled are redone next step
+        self._pending_splits.clear()
         super()._update_after_schedule(scheduler_output)
         self._report()
 
