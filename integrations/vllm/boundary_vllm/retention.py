@@ -6,7 +6,9 @@ blocks at the ``replay_boundaries`` the coordinator passes (P_end) and at the re
 ``CheckpointRetention`` wraps each Mamba manager's ``cache_blocks`` to pass two more
 boundaries for requests that carry checkpoints:
 
-- the materialized U_end, whose state exists because the scheduler ends a prefill chunk there;
+- the materialized U_end, whose state exists because the scheduler ends a prefill chunk there
+  (when hits may land inside blocks, also the unit-aligned U_end: a partial entry on the
+  running state block, copied aside by vLLM's copy-on-write, and on the attention block);
 - while decoding, the latest block boundary, held tentatively: at finish only the block at the
   aligned D_end is kept and the others are released.
 
