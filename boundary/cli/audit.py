@@ -118,7 +118,8 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             trajectories=args.trajectories,
         )
-        label = f"tau-bench airline ({args.reasoning} reasoning{', echoed' if args.echo_reasoning else ''})"
+        reasoning = "seeded synthetic reasoning" if args.reasoning == "seeded" else "no reasoning"
+        label = f"tau-bench airline ({reasoning}{', echoed by the client' if args.echo_reasoning else ''})"
         if args.write_trace:
             write_trace(args.write_trace, requests)
     else:

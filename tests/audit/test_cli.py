@@ -71,7 +71,7 @@ def test_audit_runs_on_the_shipped_tau_bench_trajectories(tmp_path, capsys):
     assert rc == 0
     report = json.loads(capsys.readouterr().out)
     assert report["stand_in_tokenizer"] is True
-    assert report["trace"] == "tau-bench airline (none reasoning)"
+    assert report["trace"] == "tau-bench airline (no reasoning)"
     assert report["what_if"] == []
     assert len(written.read_text().splitlines()) == report["summary"]["turns"]
 
