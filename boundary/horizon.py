@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from boundary.offsets import BoundaryStatus
 from boundary.outputs import ParsedOutput, RegionKind, output_format
+from boundary.outputs.formats.xml_calls import PARAMETERS, written_parameters
 from boundary.outputs.reasoning import Prefill
 from boundary.roundtrip import ClientHabits, control_ids, trailing_controls
 
@@ -260,19 +261,33 @@ def _think_start(prompt: Rendering, fmt: Any, u_char: int, p_char: int, region: 
 
 
 def _first_rewritten_arguments(parsed: ParsedOutput, fmt: Any, habits: ClientHabits) -> int | None:
-    """Where the first tool call whose written arguments a template re-writes starts."""
-    xml = fmt.syntax is not None and fmt.syntax.name in ("qwen3_coder_xml", "minimax_xml")
+    """Where the first tool call whose written arguments a template re-writes starts: JSON
+    arguments that ``tojson`` writes differently (unless the client sends them back as
+    written); XML values that are JSON other than a string (a client that types them by the
+    tool's schema sends them back as values, and the template writes ``tojson`` or ``str()``)."""
+    xml = fmt.syntax is not None and fmt.syntax.name in PARAMETERS
     for region in parsed.regions:
         if region.kind is not RegionKind.ARGUMENTS:
             continue
-        call = parsed.tool_calls[region.index or 0]["function"]["arguments"]
         if xml:
-            values = json.loads(call).values()
-            if any(not isinstance(v, str) for v in values):
+            values = written_parameters(fmt.syntax.name, parsed.text[region.start : region.end])
+            if any(_retyped(raw) for _, raw in values):
                 return region.start
-        elif habits.arguments != "string" and call != json.dumps(json.loads(call), ensure_ascii=False):
+            continue
+        call = parsed.tool_calls[region.index or 0]["function"]["arguments"]
+        if habits.arguments != "string" and call != json.dumps(json.loads(call), ensure_ascii=False):
             return region.start
     return None
+
+
+def _retyped(raw: str) -> bool:
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        return False
+    return not isinstance(value, str) and (
+        isinstance(value, bool) or value is None or json.dumps(value, ensure_ascii=False) != raw
+    )
 
 
 def _token_effects(

@@ -132,3 +132,30 @@ def test_the_horizon_holds_for_every_later_request_of_each_fixture_conversation(
                 assert common_prefix(seq, nxt.token_ids) >= h.position, (case["name"], i, j, h.limit)
             checked += 1
     assert checked >= 5
+
+
+def test_xml_values_a_typed_client_sends_back_as_json_limit_the_horizon():
+    """Qwen3.6 writes a non-string parameter with tojson: a compact list the model wrote comes
+    back with ', ' separators once the client has typed it by the tool's schema."""
+    fam = family("qwen3_6")
+    messages = [{"role": "user", "content": "Book it."}]
+    prompt = fam.render(messages, preserve_thinking=True)
+    for arguments, limited in (('{"legs":[1,2],"who":"Ann"}', True), ('{"who":"Ann","n":"2"}', False)):
+        message = {
+            "role": "assistant",
+            "reasoning_content": "Book.",
+            "tool_calls": [
+                {"id": "a", "type": "function", "function": {"name": "book", "arguments": arguments}}
+            ],
+        }
+        out = format_output(fam, prompt, message)
+        parsed = parse_output(fam, out.token_ids, prompt)
+        h = stability_horizon(
+            fam, prompt, out.token_ids, parsed, messages, template_kwargs={"preserve_thinking": True}
+        )
+        assert (h.limit is not None and h.limit.rewrite == "reserialize_tool_arguments") is limited
+        nxt = fam.render(
+            [*messages, message, {"role": "tool", "tool_call_id": "a", "content": "ok"}],
+            preserve_thinking=True,
+        )
+        assert common_prefix(prompt.token_ids + out.token_ids, nxt.token_ids) >= h.position

@@ -35,6 +35,17 @@ from boundary.outputs.formats.base import CallContext, CallsRead, ReadCall
 from boundary.outputs.model import WrittenCall
 
 _WS = " \t\n\r"
+PARAMETERS = {  # one parameter: its name and the value text as written
+    "qwen3_coder_xml": r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>",
+    "minimax_xml": r'<parameter name="([^"]+)">(.*?)</parameter>',
+}
+
+
+def written_parameters(syntax: str, arguments_text: str) -> list[tuple[str, str]]:
+    """The parameters of one call's arguments region, each value's text exactly as written."""
+    return [
+        (m.group(1).strip(), m.group(2)) for m in re.finditer(PARAMETERS[syntax], arguments_text, re.DOTALL)
+    ]
 
 
 def _params(calls: Sequence[WrittenCall]) -> list[list[tuple[str, str]]]:
@@ -85,7 +96,7 @@ class Qwen3CoderXml:
                 return CallsRead(
                     calls, pos, f"tool call {len(calls)} {problem}", unclosed=self.close not in block[at:]
                 )
-            params, problem = _read_parameters(m.group(2), r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>")
+            params, problem = _read_parameters(m.group(2), PARAMETERS[self.name])
             if problem:
                 return CallsRead(calls, pos, f"tool call {len(calls)}: {problem}")
             name = m.group(1).strip()
@@ -123,7 +134,7 @@ class MinimaxXml:
             m = invoke.match(block, at)
             if m is None or m.end() > close:
                 return CallsRead(calls, 0, f"tool call {len(calls)} is not <invoke name=...> XML")
-            params, problem = _read_parameters(m.group(2), r'<parameter name="([^"]+)">(.*?)</parameter>')
+            params, problem = _read_parameters(m.group(2), PARAMETERS[self.name])
             if problem:
                 return CallsRead(calls, 0, f"tool call {len(calls)}: {problem}")
             name = m.group(1).strip()
