@@ -351,3 +351,27 @@ def test_common_prefix_finds_the_first_mismatch_past_a_chunk():
     b = [*a[:1500], -1, *a[1501:]]
     assert common_prefix(a, b) == 1500
     assert common_prefix(a, a[:700]) == 700
+
+
+def test_qwen3_5_writes_a_boolean_parameter_back_as_python_true():
+    fam = family("qwen3_5")
+    messages = [{"role": "user", "content": "go"}]
+    message = {
+        "role": "assistant",
+        "reasoning_content": "call f",
+        "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": '{"ok":true}'}}
+        ],
+    }
+    out = format_output(fam, fam.render(messages), message)
+    r = fam.verify_round_trip(
+        messages, out.token_ids, [*messages, message, {"role": "tool", "tool_call_id": "a", "content": "x"}]
+    )
+    assert r.cause is Cause.TOOL_CALL_RESERIALIZED
+    assert r.detail.startswith("value form") and "'True\\n</parameter>" in r.detail
+
+
+def test_deepseek_v3_drops_the_tool_outputs_end_once_an_assistant_turn_follows_tool_outputs():
+    r = _verify("deepseek_v3", "tool_loop_two_steps", 4, 6)
+    assert r.cause is Cause.OTHER
+    assert "<｜tool▁outputs▁end｜>" in r.detail
