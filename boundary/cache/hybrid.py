@@ -179,9 +179,8 @@ class HybridPrefixCache:
         recached = 0
         for planned in plan.states:
             if planned.in_prompt:
-                state, again = self._create_state(planned, request, table, now)
-                created.append(state)
-                recached += again
+                recached += self._cached_already(planned, request)
+                created.append(self._create_state(planned, request, table, now))
         pending = tuple(p for p in plan.states if not p.in_prompt) if self.config.output_reuse else ()
         flight = _InFlight(request, table, held_states + created, scratch, pending)
         self._in_flight[request.rid] = flight
@@ -211,7 +210,7 @@ class HybridPrefixCache:
         flight = self._in_flight.pop(rid)
         created = []
         for planned in flight.pending:
-            state, _ = self._create_state(planned, flight.request, flight.table, now)
+            state = self._create_state(planned, flight.request, flight.table, now)
             created.append(state)
             flight.states.append(state)
         for state in sorted(flight.states, key=lambda e: -e.position):
@@ -231,11 +230,9 @@ class HybridPrefixCache:
     # -- internals ------------------------------------------------------------------------
     def _create_state(
         self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
-    ) -> tuple[Entry, int]:
+    ) -> Entry:
         state = self._allocate(EntryKind.STATE, self.geometry.state_bytes, planned.position, request.rid, now)
         state.labels = tuple(k.value for k in planned.kinds)
-        key = request.prefix[planned.position // self.geometry.unit - 1]
-        again = int(key in self.states.index)
         self.states.cache(state, request.prefix)
         if planned.alias:
             index = planned.position // self.geometry.block_size
@@ -243,7 +240,10 @@ class HybridPrefixCache:
                 self.blocks.cache_alias(table[index], planned.position, request.prefix)
         for label in state.labels:
             self.stats.created[label] += 1
-        return state, again
+        return state
+
+    def _cached_already(self, planned: PlannedState, request: CacheRequest) -> bool:
+        return request.prefix[planned.position // self.geometry.unit - 1] in self.states.index
 
     def _allocate(self, kind: EntryKind, nbytes: int, position: int, creator: int, now: float) -> Entry:
         entry = Entry(self._next_eid, kind, nbytes, position, creator, now)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -198,8 +199,9 @@ def run(args: argparse.Namespace) -> int:
     command = command_line(args)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
+        links = [Path(os.path.relpath(p, args.report.parent)) for p in plots]
         args.report.write_text(
-            markdown(result, command=command, title=args.title, plots=plots) + "\n", encoding="utf-8"
+            markdown(result, command=command, title=args.title, plots=links) + "\n", encoding="utf-8"
         )
         err.print(f"report: {args.report}")
     if args.json_out:

@@ -203,7 +203,7 @@ def run_unit(
 ) -> UnitResult:
     """Every policy under every budget mode at one unit. The equal checkpoint-byte budget is
     main_sparse's mean retained-state bytes under equal capacity (at least one state, at most
-    half the capacity so blocks keep room), unless ``checkpoint_budget_gib`` fixes it."""
+    90% of the capacity so blocks keep some room), unless ``checkpoint_budget_gib`` fixes it."""
     say(f"unit {geometry.unit} (block {geometry.block_size}): hashing {len(stream)} requests")
     requests = cache_requests(stream, geometry.unit)
     events = event_order(requests)
@@ -227,7 +227,7 @@ def run_unit(
     if config.checkpoint_budget_gib is not None:
         budget_bytes = config.checkpoint_budget_gib * GIB
     else:
-        budget_bytes = min(max(baseline.mean_state_bytes, float(geometry.state_bytes)), capacity / 2)
+        budget_bytes = min(max(baseline.mean_state_bytes, float(geometry.state_bytes)), 0.9 * capacity)
     metrics: list[dict[str, Any]] = []
     for budget in config.budgets:
         cache_config = base_config

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from boundary.cache.accounting import CacheGeometry
-from boundary.cache.hybrid import CacheConfig, CacheStats, HybridPrefixCache
+from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPrefixCache
+from boundary.cache.lookup import Hit
 from boundary.cache.memory import Entry
 from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
@@ -208,7 +209,12 @@ def replay(
 
 
 def _record(
-    sr: StreamRequest, admission, hit, oracle: int, meta: Sequence[StreamRequest], cost: PrefillCostModel
+    sr: StreamRequest,
+    admission: Admission,
+    hit: Hit,
+    oracle: int,
+    meta: Sequence[StreamRequest],
+    cost: PrefillCostModel,
 ) -> RequestRecord:
     state = hit.state
     age = loss = from_output = None

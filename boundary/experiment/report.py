@@ -132,6 +132,39 @@ def side_by_side(unit: UnitResult) -> list[str]:
     return _table(header, rows)
 
 
+def serving(unit: UnitResult) -> list[str]:
+    """Which logical checkpoint served each request (the selected checkpoint), who produced it,
+    and how far below its logical position it materialized."""
+    header = [
+        "policy",
+        "budget",
+        "prompt_end",
+        "input_end",
+        "decode_end",
+        "reactive",
+        "no hit",
+        "previous request",
+        "two back",
+        "older",
+        "other session",
+        "mean flooring loss (tokens)",
+    ]
+    rows = []
+    for r in unit.runs:
+        sel, age = r["selected_checkpoint"], r["producer_age"]
+        loss = r["materialized_boundary"]["mean_flooring_loss_tokens"]
+        rows.append(
+            [
+                f"`{r['policy']}`",
+                r["budget"],
+                *(f"{sel[k]:,}" for k in ("prompt_end", "input_end", "decode_end", "reactive", "none")),
+                *(f"{age[k]:,}" for k in ("previous", "two_back", "older", "other_session")),
+                "–" if loss is None else f"{loss:.1f}",
+            ]
+        )
+    return _table(header, rows)
+
+
 def _line(policy: str, text: str) -> str:
     return f"- `{policy}`: {text}"
 
@@ -420,20 +453,22 @@ def markdown(
     if command:
         lines += ["```", command, "```", ""]
     lines += header(result)
-    for u in result.units:
-        sizes = f"attention block {gib(u.attention_block_bytes)}, state {gib(u.state_bytes)}"
-        lines += [
-            f"### Side by side — unit {u.unit} (block {u.block_size}: {sizes})",
-            "",
-            *side_by_side(u),
-            "",
-        ]
-    lines += ["### The thirteen questions", "", *answers(result.units[0]), ""]
-    if len(result.units) > 1:
+    first, *others = result.units
+    lines += [_side_by_side_title(first), "", *side_by_side(first), ""]
+    lines += [f"### Which checkpoint served each request — unit {first.unit}", "", *serving(first), ""]
+    lines += ["### The thirteen questions", "", *answers(first), ""]
+    if others:
         lines += ["### Unit sweep (reused / oracle, equal total capacity)", "", *unit_sweep(result), ""]
+    for u in others:
+        lines += [_side_by_side_title(u), "", *side_by_side(u), ""]
     for p in plots:
-        lines += [f"![{p.stem}]({p.name})", ""]
+        lines += [f"![{p.stem}]({p.as_posix()})", ""]
     return "\n".join(lines)
+
+
+def _side_by_side_title(u: UnitResult) -> str:
+    sizes = f"attention block {gib(u.attention_block_bytes)}, state {gib(u.state_bytes)}"
+    return f"### Side by side — unit {u.unit} (block {u.block_size}: {sizes})"
 
 
 def _title(result: ExperimentResult) -> str:
@@ -475,7 +510,10 @@ def plot(result: ExperimentResult, folder: Path, stem: str) -> list[Path]:
             [i + width * (len(budgets) - 1) / 2 for i in range(len(policies))], policies, rotation=20
         )
         ax.set_title(name)
-    axes[0].legend(fontsize=8)
+    for ax in axes[:2]:  # ratios: start the axis near the lowest bar so differences show
+        low = min((bar.get_height() for bar in ax.patches), default=0.0)
+        ax.set_ylim(max(0.0, low - 0.05), 1.0)
+    axes[0].legend(fontsize=8, loc="lower left")
     fig.suptitle(f"{_title(result)} — unit {unit.unit}")
     fig.tight_layout()
     path = folder / f"{stem}-policies.png"
@@ -484,11 +522,12 @@ def plot(result: ExperimentResult, folder: Path, stem: str) -> list[Path]:
     out.append(path)
     if len(result.units) > 1:
         fig, ax = plt.subplots(figsize=(7, 4))
-        units = [u.unit for u in result.units]
+        ordered = sorted(result.units, key=lambda u: u.unit)
+        units = [u.unit for u in ordered]
         for p in policies:
             ys = [
                 (_get(u, p, EQUAL_CAPACITY) or {}).get("hit_rate", {}).get("reused_over_oracle")
-                for u in result.units
+                for u in ordered
             ]
             ax.plot(units, [y if y is not None else float("nan") for y in ys], marker="o", label=p)
         ax.set_xscale("log")

@@ -11,6 +11,7 @@ key of everything that shapes them; arrival times are assigned after loading.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -169,6 +170,4 @@ def build_stream(
 
 
 def _digest(path: Path) -> str:
-    import hashlib
-
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]

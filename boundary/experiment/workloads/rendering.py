@@ -46,7 +46,7 @@ OutputFormatter = Callable[
 ]
 
 
-def _stop_ids(fam: Family) -> set[int]:
+def stop_token_ids(fam: Family) -> set[int]:
     ids = set()
     for token in fam.spec.stop_tokens:
         tid = fam.tokenizer.token_to_id(token)
@@ -68,7 +68,7 @@ def native_output(
     except RequestError as exc:
         raise OutputUnavailable(exc.detail, location=exc.location) from None
     ids = list(generated.token_ids)
-    return GeneratedTokens(ids, bool(ids) and ids[-1] in _stop_ids(fam))
+    return GeneratedTokens(ids, bool(ids) and ids[-1] in stop_token_ids(fam))
 
 
 def predicted_round_trip(

@@ -22,8 +22,8 @@ from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.rendering import (
     OutputFormatter,
     OutputUnavailable,
-    _stop_ids,
     predicted_round_trip,
+    stop_token_ids,
 )
 from boundary.family import Family
 
@@ -75,7 +75,7 @@ def render_trace(
     by_session: dict[str, list[TraceLine]] = {}
     for line in lines:
         by_session.setdefault(line.session, []).append(line)
-    stops = _stop_ids(fam)
+    stops = stop_token_ids(fam)
     out: dict[str, list[StreamRequest]] = {}
     for session, requests in by_session.items():
         rendered = []
