@@ -8,16 +8,26 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-BUDGETS = {
-    "equal_capacity": ("equal_capacity",),
-    "equal_checkpoint_budget": ("equal_checkpoint_budget",),
-    "both": ("equal_capacity", "equal_checkpoint_budget"),
-}
+if TYPE_CHECKING:
+    from boundary.experiment.replay import BudgetMode
+
+BUDGETS = "equal_capacity,equal_checkpoint_budget"
 
 
 def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _budget(name: str) -> BudgetMode:
+    from boundary.experiment.replay import BudgetMode
+
+    try:
+        return BudgetMode(name)
+    except ValueError:
+        known = ", ".join(b.value for b in BudgetMode)
+        raise ValueError(f"--budget: unknown budget mode {name!r} (known: {known})") from None
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,9 +69,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--budget",
-        choices=tuple(BUDGETS),
-        default="both",
-        help="equal_capacity, equal_checkpoint_budget, or both (default)",
+        default=BUDGETS,
+        help="budget modes, comma-separated: equal_capacity, equal_checkpoint_budget (default: both)",
     )
     p.add_argument(
         "--unit",
@@ -114,7 +123,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--decode-states", args.decode_states if args.decode_states != "block" else None),
         ("--concurrency", args.concurrency if args.concurrency != 16.0 else None),
         ("--seed", args.seed or None),
-        ("--budget", args.budget if args.budget != "both" else None),
+        ("--budget", args.budget if args.budget != BUDGETS else None),
     ]
     for flag, value in options:
         if value is not None:
@@ -141,7 +150,6 @@ def run(args: argparse.Namespace) -> int:
     from boundary.experiment.cost import PrefillCostModel
     from boundary.experiment.harness import ExperimentConfig, run_experiment
     from boundary.experiment.presets import preset_for_family
-    from boundary.experiment.replay import BudgetMode
     from boundary.experiment.report import markdown, plot
     from boundary.experiment.workloads import SHIPPED, WorkloadOptions, build_stream
 
@@ -172,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
     )
     config = ExperimentConfig(
         policies=tuple(_csv(args.policies)),
-        budgets=tuple(BudgetMode(b) for b in BUDGETS[args.budget]),
+        budgets=tuple(_budget(b) for b in _csv(args.budget)),
         units=tuple(args.unit) if args.unit else (None,),
         capacity_gib=args.capacity_gib,
         checkpoint_budget_gib=args.checkpoint_budget_gib,
