@@ -67,9 +67,10 @@ def main() -> None:
             fn()
             best[name] = min(best[name], time.perf_counter() - t0)
     n = len(trace)
+    label = f"{fam.name} ({args.variant or fam.default_variant}), {kwargs or 'template defaults'}"
     print(
-        f"{n} turns ({len(sessions(trace))} sessions) from {args.trajectories} tau-bench trajectories, family "
-        f"{fam.name} ({args.variant or fam.default_variant}), {kwargs or 'template defaults'}, best of {args.repeat}"
+        f"{n} turns ({len(sessions(trace))} sessions) from {args.trajectories} tau-bench trajectories, "
+        f"family {label}, best of {args.repeat}"
     )
     print("| path | turns/s | ms/turn |")
     print("|---|---:|---:|")

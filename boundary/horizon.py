@@ -23,7 +23,7 @@ from boundary.offsets import BoundaryStatus
 from boundary.outputs import ParsedOutput, RegionKind, output_format
 from boundary.outputs.formats.xml_calls import PARAMETERS, written_parameters
 from boundary.outputs.reasoning import Prefill
-from boundary.roundtrip import ClientHabits, control_ids, trailing_controls
+from boundary.roundtrip import DEFAULT_HABITS, ClientHabits, control_ids, trailing_controls
 
 if TYPE_CHECKING:
     from boundary.boundaries import Rendering
@@ -40,7 +40,6 @@ DEFAULT_TRIGGER = {
     "reorder_channels": "next_request",
     "tools_before_last_user": "new_user_message",
 }
-DEFAULT_HABITS = ClientHabits()
 _CONDITIONS = {"new_day": "the date stays the same", "tools_change": "the tools stay the same"}
 
 

@@ -78,6 +78,9 @@ class ClientHabits:
     arguments: Literal["object", "string"] | None = None
 
 
+DEFAULT_HABITS = ClientHabits()
+
+
 @dataclass(frozen=True, slots=True)
 class ContinuationCheck:
     """``prompt + generated`` against one next request.
@@ -179,8 +182,10 @@ def check_continuation(
     unit: int = 1,
     history_same: bool = True,
     variant: str | None = None,
+    roles: Sequence[str] = (),
 ) -> ContinuationCheck:
-    """Compare ``prompt + generated`` with ``next_rendering`` (already rendered)."""
+    """Compare ``prompt + generated`` with ``next_rendering`` (already rendered). ``roles`` are
+    the request's message roles (they tell the system prompt from the conversation)."""
     fmt = output_format(family, variant)
     p = len(prompt.token_ids)
     seq = prompt.token_ids + list(generated)
@@ -197,7 +202,9 @@ def check_continuation(
     round_trips = lcp >= p + d_end
     cause = detail = None
     if not round_trips:
-        cause, detail = classify(family, fmt, prompt, generated, parsed, next_rendering, lcp, history_same)
+        cause, detail = classify(
+            family, fmt, prompt, generated, parsed, next_rendering, lcp, history_same, roles
+        )
     best = best_checkpoint(prompt, d_end, lcp, unit)
     return ContinuationCheck(
         continuation,
@@ -290,6 +297,7 @@ def classify(
     nxt: Rendering,
     lcp: int,
     history_same: bool = True,
+    roles: Sequence[str] = (),
 ) -> tuple[Cause, str]:
     """Name the cause of the first divergence at token ``lcp``."""
     seq = prompt.token_ids + list(generated)
@@ -320,7 +328,7 @@ def classify(
                 f"an empty think block is {'dropped' if in_a else 'added'}: {shown}",
             )
     if c < u_char:
-        return _classify_history(prompt, fmt, a, c, history_same, shown)
+        return _classify_history(prompt, fmt, a, b, c, history_same, shown, roles)
     if c < len(prompt.text):
         opened = prompt.text.find(think.open_tag, u_char) if think is not None else -1
         if 0 <= opened <= c:
@@ -362,17 +370,31 @@ def classify(
 
 
 def _classify_history(
-    prompt: Rendering, fmt: OutputFormat, a: str, c: int, history_same: bool, shown: str
+    prompt: Rendering,
+    fmt: OutputFormat,
+    a: str,
+    b: str,
+    c: int,
+    history_same: bool,
+    shown: str,
+    roles: Sequence[str],
 ) -> tuple[Cause, str]:
     if not history_same:
         return Cause.HISTORY_EDITED, f"the next request changes an earlier message: {shown}"
-    starts = [s for s in prompt.message_starts if s is not None]
-    first_turn = starts[1] if len(starts) > 1 else (starts[0] if starts else 0)
+    starts = prompt.message_starts
+    first_turn = next(
+        (
+            s
+            for s, role in zip(starts, roles, strict=False)
+            if s is not None and role not in ("system", "developer")
+        ),
+        None,
+    )
     window = a[max(0, c - 24) : c + 24]
-    if c < first_turn or not starts:
+    if first_turn is None or c < first_turn:
         if _DATE.search(window):
             return Cause.SYSTEM_PROMPT, f"the date in the system prompt changed: {shown}"
-        if c < first_turn:
+        if first_turn is not None:
             return Cause.SYSTEM_PROMPT, f"the system prompt changed: {shown}"
     think = fmt.think
     if think is not None:
@@ -383,6 +405,9 @@ def _classify_history(
             if body.strip():
                 return Cause.HIDDEN_REASONING_DROPPED, f"an earlier turn's reasoning is dropped: {shown}"
             return Cause.EMPTY_THINK_BLOCK, f"an earlier turn's empty think block is dropped: {shown}"
+    if c in starts and a[c : c + 32] in b[c : c + 8192]:
+        at = starts.index(c)
+        return Cause.OTHER, f"the template writes something new before messages[{at}]: {shown}"
     if fmt.harmony and "<|channel|>analysis" in a[max(0, c - 12) : c + 20]:
         return Cause.HIDDEN_REASONING_DROPPED, f"an earlier turn's analysis is dropped: {shown}"
     return Cause.OTHER, f"the template renders earlier history differently: {shown}"
@@ -407,10 +432,11 @@ def _arguments_change(parsed: ParsedOutput, g: int, b: str, offset: int) -> str:
 
 
 def _tag_start(text: str, c: int) -> int:
-    """Move ``c`` back to the start of a control tag (``<...>``) it falls inside, if any."""
-    lt = text.rfind("<", max(0, c - 32), c)
-    if lt >= 0 and ">" not in text[lt:c]:
-        return lt
+    """Move ``c`` back to the start of a control tag (``<...>`` or ``[...]``) it falls inside."""
+    for open_, close in (("<", ">"), ("[", "]")):
+        at = text.rfind(open_, max(0, c - 32), c)
+        if at >= 0 and close not in text[at:c]:
+            return at
     return c
 
 
@@ -456,7 +482,7 @@ def verify_round_trip(
     next_tools: Sequence[Mapping[str, Any] | Any] | None = None,
     unit: int = 1,
     variant: str | None = None,
-    habits: ClientHabits = ClientHabits(),
+    habits: ClientHabits = DEFAULT_HABITS,
     now: datetime | None = None,
     next_now: datetime | None = None,
     **template_kwargs: Any,
@@ -468,6 +494,7 @@ def verify_round_trip(
     prompt = family.render(messages, tools, True, now=now, **render_kwargs)
     parsed = parse_output(family, ids, prompt, tools=tools, variant=variant)
     checks: list[ContinuationCheck] = []
+    roles = [m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None) for m in messages]
     if next_messages is not None:
         nxt = family.render(
             next_messages,
@@ -488,6 +515,7 @@ def verify_round_trip(
                 unit=unit,
                 history_same=same,
                 variant=variant,
+                roles=roles,
             )
         )
     else:
@@ -503,7 +531,15 @@ def verify_round_trip(
             )
             checks.append(
                 check_continuation(
-                    family, prompt, ids, parsed, nxt, continuation=continuation, unit=unit, variant=variant
+                    family,
+                    prompt,
+                    ids,
+                    parsed,
+                    nxt,
+                    continuation=continuation,
+                    unit=unit,
+                    variant=variant,
+                    roles=roles,
                 )
             )
     main = checks[0]

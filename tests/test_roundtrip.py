@@ -375,3 +375,11 @@ def test_deepseek_v3_drops_the_tool_outputs_end_once_an_assistant_turn_follows_t
     r = _verify("deepseek_v3", "tool_loop_two_steps", 4, 6)
     assert r.cause is Cause.OTHER
     assert "<｜tool▁outputs▁end｜>" in r.detail
+
+
+def test_mistral_moves_its_tool_list_to_the_new_last_user_message():
+    r = _verify("mistral", "tool_loop", 4, None, message=SYNTHETIC_ANSWER)
+    new_user = r.probe("new_user")
+    assert new_user.cause is Cause.OTHER
+    assert "the template writes something new before messages[1]" in new_user.detail
+    assert "[AVAILABLE_TOOLS]" in new_user.detail

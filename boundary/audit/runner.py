@@ -218,6 +218,7 @@ def _check_previous(
             unit=s.unit,
             history_same=same,
             variant=s.variant,
+            roles=[m.get("role") for m in previous.messages],
         )
         rec.d_end = check.d_end
         rec.round_trips = check.round_trips
