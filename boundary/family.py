@@ -41,6 +41,8 @@ from boundary.resources import data_dir
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
 
 if TYPE_CHECKING:
+    from boundary.outputs import GeneratedOutput
+    from boundary.roundtrip import RoundTrip
     from boundary.session import Session, SessionCache
 
 from boundary.tokenizer import Tokenizer, load_vocabulary, rank_source, stand_in_backend, template_literals
@@ -443,10 +445,10 @@ class Family:
     def verify_round_trip(
         self,
         messages: Sequence[Mapping[str, Any] | Message],
-        generated_token_ids: Sequence[int] | Any,
+        generated_token_ids: Sequence[int] | GeneratedOutput,
         next_messages: Sequence[Mapping[str, Any] | Message] | None = None,
         **options: Any,
-    ) -> Any:
+    ) -> RoundTrip:
         """Whether the committed generated ids answering ``messages`` are a token prefix of the
         next request; see ``boundary.roundtrip.verify_round_trip`` for options and the result."""
         from boundary.roundtrip import verify_round_trip
