@@ -138,7 +138,7 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--unit", str(unit)]
     if args.policies != "main_sparse,input_end,decode_end,both,chat_aware,oracle":
         parts += ["--policies", args.policies]
-    for flag, value in (("--json", args.json_out), ("--report", args.report)):
+    for flag, value in (("--json", args.json_out), ("--report", args.report), ("--title", args.title)):
         if value is not None:
             parts += [flag, str(value)]
     return shlex.join(parts)
