@@ -25,6 +25,64 @@ def tau_bench_airline() -> list[Conversation]:
     return [[dict(m) for m in t["traj"]] for t in _tau_bench_airline()]
 
 
+_JSON_TYPES = (
+    (bool, "boolean"),
+    (int, "integer"),
+    (float, "number"),
+    (str, "string"),
+    (list, "array"),
+    (dict, "object"),
+)
+
+
+def _json_type(value: Any) -> str:
+    return next((name for kind, name in _JSON_TYPES if isinstance(value, kind)), "string")
+
+
+def inferred_tool_schemas(conversations: list[Conversation]) -> list[dict[str, Any]]:
+    """Function-tool schemas inferred from the tool calls the conversations make: one tool per
+    function name, one parameter per argument name seen, its JSON type from the values seen
+    (``number`` when both integers and floats occur), required when every call passes it.
+
+    The tau-bench trajectories do not ship the schemas their agent was given; these stand in
+    for them and are labelled as inferred in their descriptions.
+    """
+    seen: dict[str, list[dict[str, Any]]] = {}
+    for conversation in conversations:
+        for message in conversation:
+            for call in message.get("tool_calls") or ():
+                seen.setdefault(call["function"]["name"], []).append(
+                    json.loads(call["function"]["arguments"])
+                )
+    tools = []
+    for name in sorted(seen):
+        calls = seen[name]
+        properties: dict[str, dict[str, str]] = {}
+        for args in calls:
+            for key, value in args.items():
+                kind = _json_type(value)
+                known = properties.setdefault(key, {"type": kind})["type"]
+                if known != kind:
+                    properties[key]["type"] = "number" if {known, kind} <= {"integer", "number"} else "string"
+        required = sorted(k for k in properties if all(k in args for args in calls))
+        tools.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": name,
+                    "description": f"{name.replace('_', ' ')} (inferred from {len(calls)} recorded calls)",
+                    "parameters": {"type": "object", "properties": properties, "required": required},
+                },
+            }
+        )
+    return tools
+
+
+def tau_bench_airline_tools() -> list[dict[str, Any]]:
+    """Tool schemas for the tau-bench airline trajectories, inferred from their calls."""
+    return inferred_tool_schemas(tau_bench_airline())
+
+
 def default_conversation() -> Conversation:
     """The conversation ``boundary render`` shows by default: the first tau-bench airline
     trajectory up to its 6th user turn (system policy, user turns, tool calls and results)."""
@@ -68,5 +126,7 @@ def bfcl_multi_turn(category: str = "base") -> list[dict[str, Any]]:
 def bfcl_function_docs() -> dict[str, list[dict[str, Any]]]:
     """BFCL tool schemas (BFCL's own format, ``parameters.type == "dict"``) by doc file stem."""
     folder = data_dir("datasets") / "bfcl" / "multi_turn_func_doc"
-    return {p.stem: [dict(d) for d in _jsonl("bfcl", "multi_turn_func_doc", p.name)]
-            for p in sorted(folder.glob("*.json"))}
+    return {
+        p.stem: [dict(d) for d in _jsonl("bfcl", "multi_turn_func_doc", p.name)]
+        for p in sorted(folder.glob("*.json"))
+    }
