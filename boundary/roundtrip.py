@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,6 +28,7 @@ from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.offsets import BoundaryStatus
 from boundary.outputs import GeneratedOutput, ParsedOutput, RegionKind, output_format, parse_output
 from boundary.outputs.model import OutputStatus
+from boundary.prefixes import common_prefix_length, common_prefix_packed, packed
 
 if TYPE_CHECKING:
     from boundary.family import Family
@@ -134,28 +134,8 @@ class RoundTrip:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the longest common prefix of two id sequences (a binary search over
-    their packed bytes: memory compares, no per-id Python work)."""
+    """The length of the longest common prefix of two id sequences."""
     return common_prefix_packed(packed(a), packed(b))
-
-
-def packed(ids: Sequence[int]) -> bytes:
-    """Ids as 8-byte machine integers, for ``common_prefix_packed``."""
-    return array("q", ids).tobytes()
-
-
-def common_prefix_packed(a: bytes, b: bytes) -> int:
-    n = min(len(a), len(b)) // 8
-    if a[: n * 8] == b[: n * 8]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo], a[:hi] != b[:hi] (in ids)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo * 8 : mid * 8] == b[lo * 8 : mid * 8]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def trailing_controls(ids: Sequence[int], control_ids: frozenset[int]) -> int:
@@ -257,19 +237,6 @@ def _whitespace_only(a: str, b: str) -> bool:
     return n > 0 and _without_space(a, n) == _without_space(b, n)
 
 
-def _common_chars(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
 
 def _token_ends_by(rendering: Rendering, token: int, char: int) -> bool:
     """Token ``token`` of ``rendering`` ends at or before text position ``char``."""
@@ -303,7 +270,7 @@ def classify(
     seq = prompt.token_ids + list(generated)
     a = prompt.text + parsed.text
     b = nxt.text
-    c = _common_chars(a, b)
+    c = common_prefix_length(a, b)
     agreed = c >= len(a)  # all of prompt + generated is text of the next request
     if agreed or (_token_ends_by(nxt, lcp, c) and _token_ends_by_a(family, prompt, generated, lcp, c)):
         tok = family.tokenizer

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from boundary.boundaries import Rendering, assemble
 from boundary.encoding import Cut, CutTokenMap
+from boundary.prefixes import common_prefix_length
 from boundary.protocol import (
     ArgumentsForm,
     Message,
@@ -43,23 +44,6 @@ if TYPE_CHECKING:
 
 
 _UNSET = object()
-
-
-def common_prefix_length(a: str, b: str) -> int:
-    """Length of the longest common prefix of ``a`` and ``b`` (slices compared in C)."""
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 32:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    while a[lo] == b[lo]:
-        lo += 1
-    return lo
 
 
 @dataclass(slots=True)

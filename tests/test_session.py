@@ -10,7 +10,6 @@ import pytest
 
 import boundary
 from boundary.datasets import tau_bench_airline
-from boundary.session import common_prefix_length
 from tests.support import FIXED_NOW, family, fixture_cases, kwarg_settings, shipped_variants
 
 
@@ -177,15 +176,6 @@ def test_the_session_cache_is_bounded_and_least_recently_used_goes_first() -> No
     assert cache.drop("a") and not cache.drop("a")
     with pytest.raises(ValueError):
         family("qwen3_5").sessions(capacity=0)
-
-
-def test_common_prefix_length() -> None:
-    assert common_prefix_length("", "") == 0
-    assert common_prefix_length("abc", "abd") == 2
-    long = "x" * 10_000
-    assert common_prefix_length(long + "a", long + "b") == 10_000
-    assert common_prefix_length(long, long + "tail") == 10_000
-    assert common_prefix_length("a" + long, "b" + long) == 0
 
 
 def test_later_turns_reuse_most_tokens() -> None:

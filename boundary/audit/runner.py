@@ -32,13 +32,12 @@ from boundary.errors import BoundaryError
 from boundary.family import Family
 from boundary.horizon import stability_horizon
 from boundary.outputs import ParsedOutput, format_output, parse_output
+from boundary.prefixes import common_prefix_packed, packed
 from boundary.roundtrip import (
     ClientHabits,
     Tail,
     check_continuation,
     checkpoints,
-    common_prefix_packed,
-    packed,
 )
 from boundary.trace import MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
 
@@ -60,7 +59,7 @@ class _Turn:
     prompt: Rendering
     generated: list[int] | None
     parsed: ParsedOutput | None
-    seq: bytes  # prompt + kept generated ids, packed (``boundary.roundtrip.packed``)
+    seq: bytes  # prompt + kept generated ids, packed (``boundary.prefixes.packed``)
     made: tuple[Checkpoint, ...]
     horizon: int | None
     kept_by_later: int | None = None  # min token LCP with the later requests

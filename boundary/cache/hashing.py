@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NewType
 
+from boundary.prefixes import common_prefix_length
+
 PrefixId = NewType("PrefixId", int)
 
 EMPTY = PrefixId(0)
@@ -79,18 +81,3 @@ class PrefixReuse:
     def __init__(self, tokens: Sequence[int], ids: Sequence[PrefixId]) -> None:
         self.tokens = tokens
         self.ids = ids
-
-
-def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the longest common prefix, by bisection over slice equality (C-speed compares)."""
-    hi = min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    lo = 0  # invariant: a[:lo] == b[:lo] and a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo

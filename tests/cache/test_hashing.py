@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boundary.cache import PrefixHasher, PrefixReuse
-from boundary.cache.hashing import common_prefix_length
+from boundary.prefixes import common_prefix_length
 
 tokens = st.lists(st.integers(0, 5), max_size=60)
 
