@@ -115,6 +115,7 @@ def render_session(
     requests: list[StreamRequest] = []
     skipped = 0
     messages = script.messages
+    renderer = fam.session()  # each request renders as fam.render does; only new text is tokenized
     for i, message in enumerate(messages):
         if message["role"] != "assistant":
             continue
@@ -122,7 +123,7 @@ def render_session(
             skipped += 1
             continue
         history = client_history(messages[:i], client)
-        prompt = fam.render(history, tools=script.tools, add_generation_prompt=True, **render)
+        prompt = renderer.render(history, tools=script.tools, add_generation_prompt=True, **render)
         try:
             out = formatter(fam, prompt, history, message, script.tools, render)
         except OutputUnavailable:

@@ -79,8 +79,9 @@ def render_trace(
     out: dict[str, list[StreamRequest]] = {}
     for session, requests in by_session.items():
         rendered = []
+        renderer = fam.session()  # each request renders as fam.render does; only new text is tokenized
         for k, line in enumerate(requests):
-            prompt = fam.render(line.messages, tools=line.tools, add_generation_prompt=True, **render)
+            prompt = renderer.render(line.messages, tools=line.tools, add_generation_prompt=True, **render)
             ids: list[int] = []
             if line.output is not None and line.output.token_ids is not None:
                 ids = list(line.output.token_ids)
