@@ -29,6 +29,7 @@ import operator
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from types import BuiltinMethodType
 from typing import Any
 
 import jinja2
@@ -224,9 +225,14 @@ class Sandbox(ImmutableSandboxedEnvironment):
         return operator.pow(left, right)
 
     def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        if getattr(__obj, "__name__", None) in _PADDING_METHODS and isinstance(
-            getattr(__obj, "__self__", None), str
-        ):
+        kind = type(__obj)
+        if kind is jinja2.runtime.Macro:
+            # The template's own macros are always safe, and take no context argument: this is
+            # what the general path ends up doing for them.
+            kwargs.pop("_block_vars", None)
+            kwargs.pop("_loop_vars", None)
+            return __obj(*args, **kwargs)
+        if kind is BuiltinMethodType and __obj.__name__ in _PADDING_METHODS and type(__obj.__self__) is str:
             width = args[0] if args else kwargs.get("width", kwargs.get("tabsize", 0))
             if isinstance(width, int) and width > __self.limits.max_string_chars:
                 raise __self._too_big(f"str.{__obj.__name__}", width)
