@@ -159,3 +159,22 @@ def test_a_bad_trace_line_is_named_by_line_number(tmp_path):
     path.write_text('{"session": "a", "messages": []}\n{"session": 3, "messages": []}\n', encoding="utf-8")
     with pytest.raises(RequestError, match=r"trace.jsonl:2: session"):
         build_stream(str(path), WorkloadOptions(), COST, use_cache=False)
+
+
+def test_the_rendered_stream_cache_is_keyed_by_the_inputs_not_just_the_options(tmp_path, monkeypatch):
+    from boundary.experiment import workloads
+    from boundary.experiment.workloads import WorkloadOptions, rendered_sessions, tau_bench
+
+    monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path))
+    options = WorkloadOptions(family="qwen3_5", sessions=1)
+    first = rendered_sessions("tau_bench", options)
+    assert rendered_sessions("tau_bench", options).provenance == first.provenance  # served from the cache
+    original = tau_bench.scripts
+
+    def fewer_tools():
+        return [type(s)(s.name, s.messages, (s.tools or [])[:3], s.synthesised) for s in original()]
+
+    monkeypatch.setattr(workloads.tau_bench, "scripts", fewer_tools)
+    changed = rendered_sessions("tau_bench", options)
+    assert changed.provenance["scripts_sha"] != first.provenance["scripts_sha"]
+    assert len(changed.requests[0].tokens) < len(first.requests[0].tokens)  # re-rendered, not cached

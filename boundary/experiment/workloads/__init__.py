@@ -12,7 +12,9 @@ key of everything that shapes them; arrival times are assigned after loading.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -114,19 +116,9 @@ def rendered_sessions(
         "boundary_version": boundary.__version__,
         **options.model_dump(mode="json", exclude={"concurrency"}),
     }
+    scripts: list[SessionScript] = []
     if workload not in SHIPPED:
-        path = Path(workload)
-        provenance["trace_sha"] = _digest(path)
-    stream = Stream(provenance["workload"], provenance)
-    cached = cache_dir() / "experiment" / f"{stream.key()}.jsonl"
-    if use_cache and cached.is_file():
-        say(f"rendered sessions from cache {cached}")
-        return Stream.load(cached)
-    if workload not in SHIPPED:
-        lines = read_trace(Path(workload))
-        say(f"rendering {len(lines)} trace requests with {fam.name}")
-        sessions = render_trace(fam, lines, render, formatter)
-        stream.requests = [r for session in sessions.values() for r in session]
+        provenance["trace_sha"] = _digest(Path(workload))
     else:
         scripts = _scripts(workload, options)
         if options.sessions is not None:
@@ -138,6 +130,22 @@ def rendered_sessions(
         if options.system_prompt == "per_session":
             scripts = [with_own_system_prompt(s, options.seed) for s in scripts]
         provenance["synthesised"] = synthesised
+        provenance["scripts_sha"] = _json_digest([[s.name, s.messages, s.tools] for s in scripts])
+    # The cache key covers every input that shapes a rendered stream, not just the options.
+    provenance["template_sha"] = hashlib.sha256(fam.template(options.variant).encode()).hexdigest()[:16]
+    provenance["tokenizer_sha"] = _tokenizer_digest(fam)
+    provenance["code_sha"] = _code_digest()
+    stream = Stream(provenance["workload"], provenance)
+    cached = cache_dir() / "experiment" / f"{stream.key()}.jsonl"
+    if use_cache and cached.is_file():
+        say(f"rendered sessions from cache {cached}")
+        return Stream.load(cached)
+    if workload not in SHIPPED:
+        lines = read_trace(Path(workload))
+        say(f"rendering {len(lines)} trace requests with {fam.name}")
+        sessions = render_trace(fam, lines, render, formatter)
+        stream.requests = [r for session in sessions.values() for r in session]
+    else:
         skipped = 0
         for k, script in enumerate(scripts):
             if k % 20 == 0:
@@ -171,3 +179,24 @@ def build_stream(
 
 def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def _json_digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@cache
+def _tokenizer_digest(fam: boundary.Family) -> str:
+    return hashlib.sha256(fam.tokenizer.backend.to_str().encode()).hexdigest()[:16]
+
+
+@cache
+def _code_digest() -> str:
+    """The boundary sources that render, format and verify a stream: a changed renderer,
+    output format or verifier must not be served an old stream."""
+    root = Path(boundary.__file__).parent
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
