@@ -39,7 +39,7 @@ def main() -> None:
     fam = boundary.load_family(args.family, variant=args.variant)
     hf = fam.tokenizer.to_transformers(fam.template(args.variant))
     cache = fam.sessions(capacity=64)
-    rows: list[tuple[int, float, float, float]] = []  # (messages, transformers, cold, session)
+    rows: list[tuple[int, float, float, float, int]] = []  # (messages, transformers, cold, session, encoded)
     for t, traj in enumerate(tau_bench_airline()[: args.trajectories]):
         for i, m in enumerate(traj):
             if m["role"] != "assistant":
@@ -51,11 +51,14 @@ def main() -> None:
             t1 = time.perf_counter()
             cold = fam.render(request, **kwargs)
             t2 = time.perf_counter()
-            warm = cache.render(f"traj-{t}", request, **kwargs)
+            encoded_before = cache.get(f"traj-{t}").stats.encoded_tokens
             t3 = time.perf_counter()
+            warm = cache.render(f"traj-{t}", request, **kwargs)
+            t4 = time.perf_counter()
+            encoded = cache.get(f"traj-{t}").stats.encoded_tokens - encoded_before
             if warm.token_ids != cold.token_ids or warm.u_end != cold.u_end:
                 raise SystemExit(f"session result differs from a cold render at trajectory {t}, message {i}")
-            rows.append((len(request), t1 - t0, t2 - t1, t3 - t2))
+            rows.append((len(request), t1 - t0, t2 - t1, t4 - t3, encoded))
         cache.drop(f"traj-{t}")
 
     def ms(xs: list[float]) -> str:
@@ -68,18 +71,19 @@ def main() -> None:
     )
     print(
         "| messages in request | requests | transformers | boundary cold | boundary sessions | "
-        "cold speed-up | sessions speed-up |"
+        "cold speed-up | sessions speed-up | tokens encoded per session request |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for lo, hi in [*BUCKETS, (1, 10**9)]:
         sel = [r for r in rows if lo <= r[0] <= hi]
         if not sel:
             continue
         label = "all" if (lo, hi) == (1, 10**9) else (f"{lo}–{hi}" if hi < 10**9 else f"{lo}+")
         t, c, s = ([r[k] for r in sel] for k in (1, 2, 3))
+        encoded = statistics.mean(r[4] for r in sel)
         print(
             f"| {label} | {len(sel)} | {ms(t)} | {ms(c)} | {ms(s)} | {sum(t) / sum(c):.1f}× | "
-            f"{sum(t) / sum(s):.1f}× |"
+            f"{sum(t) / sum(s):.1f}× | {encoded:.0f} |"
         )
     mid = [r[3] for r in rows if 5 <= r[0] <= 9]
     late = [r[3] for r in rows if 30 <= r[0] <= 40]
