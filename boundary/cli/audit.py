@@ -11,11 +11,12 @@ Markdown goes to stdout (or ``--markdown``), progress and a summary table to std
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from boundary.cli.options import template_kwargs
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -74,16 +75,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
 
 
-def _kwargs(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--template-kwargs: not JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(value, dict):
-        raise ValueError(f"--template-kwargs: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
     if args.regress is not None:
         return _regress(args)
@@ -93,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give a TRACE file or --tau-bench (one of them)")
     if args.unit < 1:
         raise ValueError(f"--unit must be at least 1, got {args.unit}")
-    kwargs = _kwargs(args.template_kwargs)
+    kwargs = template_kwargs(args.template_kwargs)
     now = _now(args.now)
 
     from rich.console import Console

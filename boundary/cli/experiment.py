@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from boundary.cli.options import template_kwargs
 
 if TYPE_CHECKING:
     from boundary.experiment.replay import BudgetMode
@@ -154,9 +155,7 @@ def run(args: argparse.Namespace) -> int:
     from boundary.experiment.workloads import SHIPPED, WorkloadOptions, build_stream
 
     err = Console(stderr=True, highlight=False)
-    kwargs = json.loads(args.template_kwargs)
-    if not isinstance(kwargs, dict):
-        raise ValueError("--template-kwargs must be a JSON object")
+    kwargs = template_kwargs(args.template_kwargs)
     if args.workload not in SHIPPED and not Path(args.workload).is_file():
         raise ValueError(
             f"--workload {args.workload!r}: neither a shipped workload ({', '.join(SHIPPED)}) nor a file"

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from boundary.cli.options import template_kwargs
+
 DEFAULT_FAMILY = "qwen3_5"
 
 
@@ -68,9 +70,7 @@ def run(args: argparse.Namespace) -> int:
     import boundary
 
     err = Console(stderr=True, highlight=False)
-    kwargs = json.loads(args.template_kwargs)
-    if not isinstance(kwargs, dict):
-        raise ValueError("--template-kwargs must be a JSON object")
+    kwargs = template_kwargs(args.template_kwargs)
     messages, tools = _load(args.conversation)
     fam = boundary.load_family(args.family, variant=args.variant)
     r = fam.render(messages, tools=tools, **kwargs)

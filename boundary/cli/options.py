@@ -1,0 +1,17 @@
+"""Option values shared by the commands."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+
+def template_kwargs(text: str) -> dict[str, Any]:
+    """``--template-kwargs``: a JSON object of template variables."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--template-kwargs: not JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--template-kwargs: expected a JSON object, got {type(value).__name__}")
+    return value
