@@ -8,13 +8,14 @@ spacing, Python ``True``). Keeping the written text lets those differences show.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from json.decoder import scanstring
-from typing import Any
+from typing import Any, TypeVar
 
 _DECODER = json.JSONDecoder()
-_WS = " \t\n\r"
+WHITESPACE = " \t\n\r"  # what JSON allows between tokens
+_Item = TypeVar("_Item")
 
 
 class JSONTextError(ValueError):
@@ -35,8 +36,9 @@ class Member:
     end: int
 
 
-def _skip(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in _WS:
+def skip_whitespace(text: str, pos: int) -> int:
+    """The first position at or after ``pos`` that is not JSON whitespace."""
+    while pos < len(text) and text[pos] in WHITESPACE:
         pos += 1
     return pos
 
@@ -48,65 +50,68 @@ def _value(text: str, pos: int) -> tuple[Any, int]:
         raise JSONTextError(exc.msg, exc.pos) from None
 
 
+def _container(
+    text: str, pos: int, brackets: str, read_item: Callable[[str, int], tuple[_Item, int]]
+) -> tuple[list[_Item], int]:
+    """Read the comma-separated items between ``brackets`` (``"{}"`` or ``"[]"``) starting at
+    ``text[pos]`` (after whitespace), each with ``read_item``; and the position after the close."""
+    opening, closing = brackets
+    pos = skip_whitespace(text, pos)
+    if pos >= len(text) or text[pos] != opening:
+        raise JSONTextError(f"expected {opening!r}", pos)
+    pos = skip_whitespace(text, pos + 1)
+    items: list[_Item] = []
+    if pos < len(text) and text[pos] == closing:
+        return items, pos + 1
+    while True:
+        item, end = read_item(text, pos)
+        items.append(item)
+        pos = skip_whitespace(text, end)
+        if pos < len(text) and text[pos] == ",":
+            pos = skip_whitespace(text, pos + 1)
+            continue
+        if pos < len(text) and text[pos] == closing:
+            return items, pos + 1
+        raise JSONTextError(f"expected ',' or {closing!r}", pos)
+
+
+def _member(text: str, pos: int) -> tuple[Member, int]:
+    if pos >= len(text) or text[pos] != '"':
+        raise JSONTextError("expected a key", pos)
+    try:
+        key, pos = scanstring(text, pos + 1)
+    except json.JSONDecodeError as exc:
+        raise JSONTextError(exc.msg, exc.pos) from None
+    pos = skip_whitespace(text, pos)
+    if pos >= len(text) or text[pos] != ":":
+        raise JSONTextError("expected ':'", pos)
+    start = skip_whitespace(text, pos + 1)
+    value, end = _value(text, start)
+    return Member(key, value, start, end), end
+
+
+def _item_span(text: str, pos: int) -> tuple[tuple[int, int], int]:
+    _, end = _value(text, pos)
+    return (pos, end), end
+
+
 def object_members(text: str, pos: int = 0) -> tuple[list[Member], int]:
     """Read the JSON object starting at ``text[pos]`` (after whitespace): its members with
     their value spans, and the position after the closing brace."""
-    pos = _skip(text, pos)
-    if pos >= len(text) or text[pos] != "{":
-        raise JSONTextError("expected '{'", pos)
-    pos = _skip(text, pos + 1)
-    members: list[Member] = []
-    if pos < len(text) and text[pos] == "}":
-        return members, pos + 1
-    while True:
-        if pos >= len(text) or text[pos] != '"':
-            raise JSONTextError("expected a key", pos)
-        try:
-            key, pos = scanstring(text, pos + 1)
-        except json.JSONDecodeError as exc:
-            raise JSONTextError(exc.msg, exc.pos) from None
-        pos = _skip(text, pos)
-        if pos >= len(text) or text[pos] != ":":
-            raise JSONTextError("expected ':'", pos)
-        start = _skip(text, pos + 1)
-        value, end = _value(text, start)
-        members.append(Member(key, value, start, end))
-        pos = _skip(text, end)
-        if pos < len(text) and text[pos] == ",":
-            pos = _skip(text, pos + 1)
-            continue
-        if pos < len(text) and text[pos] == "}":
-            return members, pos + 1
-        raise JSONTextError("expected ',' or '}'", pos)
+    return _container(text, pos, "{}", _member)
 
 
 def array_items(text: str, pos: int = 0) -> tuple[list[tuple[int, int]], int]:
     """Read the JSON array starting at ``text[pos]``: each item's ``(start, end)`` and the
     position after the closing bracket."""
-    pos = _skip(text, pos)
-    if pos >= len(text) or text[pos] != "[":
-        raise JSONTextError("expected '['", pos)
-    pos = _skip(text, pos + 1)
-    items: list[tuple[int, int]] = []
-    if pos < len(text) and text[pos] == "]":
-        return items, pos + 1
-    while True:
-        _, end = _value(text, pos)
-        items.append((pos, end))
-        pos = _skip(text, end)
-        if pos < len(text) and text[pos] == ",":
-            pos = _skip(text, pos + 1)
-            continue
-        if pos < len(text) and text[pos] == "]":
-            return items, pos + 1
-        raise JSONTextError("expected ',' or ']'", pos)
+    return _container(text, pos, "[]", _item_span)
 
 
 def arguments_object(text: str) -> dict[str, Any]:
     """``text`` as a JSON object (the whole text, whitespace around it allowed)."""
     members, end = object_members(text)
-    if _skip(text, end) != len(text):
-        raise JSONTextError("text after the object", _skip(text, end))
+    if skip_whitespace(text, end) != len(text):
+        raise JSONTextError("text after the object", skip_whitespace(text, end))
     return {m.key: m.value for m in members}
 
 
