@@ -21,26 +21,36 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from boundary.outputs.arguments import JSONTextError, array_items, object_members
+from boundary.outputs.arguments import (
+    WHITESPACE,
+    JSONTextError,
+    array_items,
+    object_members,
+    skip_whitespace,
+)
 from boundary.outputs.formats.base import CallContext, CallsRead, ReadCall
+from boundary.outputs.formats.framed import CallFrame, Section, read_framed_calls
 from boundary.outputs.model import WrittenCall
-
-_WS = " \t\n\r"
-
-
-def _skip(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in _WS:
-        pos += 1
-    return pos
 
 
 def _object_span(text: str, start: int, end: int) -> tuple[int, int]:
     """The span of the one JSON object in ``text[start:end]`` (whitespace around it allowed)."""
-    a = _skip(text, start)
+    a = skip_whitespace(text, start)
     _, b = object_members(text[:end], a)
-    if text[b:end].strip(_WS):
+    if text[b:end].strip(WHITESPACE):
         raise JSONTextError("text after the JSON object", b)
     return a, b
+
+
+def _framed_object_call(
+    block: str, frame: CallFrame, name: str, call_id: str | None, args_start: int, args_end: int
+) -> ReadCall | str:
+    """The call in ``frame`` whose arguments are the one JSON object in ``block[args_start:args_end]``."""
+    try:
+        a, b = _object_span(block, args_start, args_end)
+    except JSONTextError as exc:
+        return f"tool call {frame.index}: arguments are not a JSON object ({exc})"
+    return ReadCall(name, block[a:b], call_id, frame.start, frame.end, a, b)
 
 
 def _name_and_arguments(text: str, start: int, index: int) -> tuple[str, int, int, int] | str:
@@ -74,25 +84,16 @@ class HermesJson:
         )
 
     def read(self, block: str, context: CallContext) -> CallsRead:
-        calls: list[ReadCall] = []
-        pos = 0
-        while (at := _skip(block, pos)) < len(block):
-            if not block.startswith(self.start, at):
-                return CallsRead(
-                    calls, pos, f"unexpected text after tool call {len(calls) - 1}: {block[at : at + 40]!r}"
-                )
-            close = block.find(self.close, at)
-            if close < 0:
-                return CallsRead(calls, pos, f"tool call {len(calls)} is never closed", unclosed=True)
-            found = _name_and_arguments(block[:close], at + len(self.start), len(calls))
-            if isinstance(found, str):
-                return CallsRead(calls, pos, found)
-            name, a, b, end = found
-            if _skip(block, end) != close:
-                return CallsRead(calls, pos, f"tool call {len(calls)}: text after the JSON object")
-            pos = close + len(self.close)
-            calls.append(ReadCall(name, block[a:b], None, at, pos, a, b))
-        return CallsRead(calls, pos)
+        return read_framed_calls(block, context, self._read_call, call_open=self.start, call_close=self.close)
+
+    def _read_call(self, block: str, frame: CallFrame, context: CallContext) -> ReadCall | str:
+        found = _name_and_arguments(block[: frame.close], frame.start + len(self.start), frame.index)
+        if isinstance(found, str):
+            return found
+        name, a, b, end = found
+        if skip_whitespace(block, end) != frame.close:
+            return f"tool call {frame.index}: text after the JSON object"
+        return ReadCall(name, block[a:b], None, frame.start, frame.end, a, b)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,7 @@ class NemotronToolcall:
             items, end = array_items(block[:close], len(self.start))
         except JSONTextError as exc:
             return CallsRead([], 0, f"the tool-call list is not a JSON array ({exc})")
-        if _skip(block, end) != close:
+        if skip_whitespace(block, end) != close:
             return CallsRead([], 0, "text after the tool-call list")
         calls = []
         for i, (a, b) in enumerate(items):
@@ -154,33 +155,21 @@ class KimiSections:
         return self.start + between.join(parts) + self.close
 
     def read(self, block: str, context: CallContext) -> CallsRead:
-        calls: list[ReadCall] = []
-        pos = len(self.start)
-        while True:
-            at = _skip(block, pos)
-            if block.startswith(self.close, at):
-                return CallsRead(calls, at + len(self.close))
-            if at >= len(block):
-                return CallsRead(calls, pos, "the tool-call section is never closed", unclosed=True)
-            if not block.startswith(self.call_open, at):
-                return CallsRead(
-                    calls, pos, f"unexpected text in the tool-call section: {block[at : at + 40]!r}"
-                )
-            sep = block.find(self.args_open, at)
-            close = block.find(self.call_close, at)
-            if sep < 0 or close < 0 or close < sep:
-                return CallsRead(calls, pos, f"tool call {len(calls)} is never closed", unclosed=True)
-            call_id = block[at + len(self.call_open) : sep].strip()
-            m = _KIMI_ID.match(call_id)
-            name = m.group("name") if m else call_id.split(":")[0].removeprefix("functions.")
-            try:
-                a, b = _object_span(block, sep + len(self.args_open), close)
-            except JSONTextError as exc:
-                return CallsRead(
-                    calls, pos, f"tool call {len(calls)}: arguments are not a JSON object ({exc})"
-                )
-            pos = close + len(self.call_close)
-            calls.append(ReadCall(name, block[a:b], call_id, at, pos, a, b))
+        return read_framed_calls(
+            block,
+            context,
+            self._read_call,
+            call_open=self.call_open,
+            call_close=self.call_close,
+            sep=self.args_open,
+            section=Section(self.start, self.close, "section"),
+        )
+
+    def _read_call(self, block: str, frame: CallFrame, context: CallContext) -> ReadCall | str:
+        call_id = block[frame.start + len(self.call_open) : frame.sep].strip()
+        m = _KIMI_ID.match(call_id)
+        name = m.group("name") if m else call_id.split(":")[0].removeprefix("functions.")
+        return _framed_object_call(block, frame, name, call_id, frame.sep + len(self.args_open), frame.close)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,44 +198,30 @@ class DeepSeekV3:
         return self.start + between.join(parts) + self.close
 
     def read(self, block: str, context: CallContext) -> CallsRead:
-        calls: list[ReadCall] = []
-        pos = len(self.start)
-        while True:
-            at = _skip(block, pos)
-            if block.startswith(self.close, at):
-                return CallsRead(calls, at + len(self.close))
-            if at >= len(block):
-                return CallsRead(calls, pos, "the tool-call list is never closed", unclosed=True)
-            if not block.startswith(self.call_open, at):
-                return CallsRead(
-                    calls, pos, f"unexpected text in the tool-call list: {block[at : at + 40]!r}"
-                )
-            sep = block.find(self.sep, at)
-            close = block.find(self.call_close, at)
-            if sep < 0 or close < 0 or close < sep:
-                return CallsRead(calls, pos, f"tool call {len(calls)} is never closed", unclosed=True)
-            head_end = sep + len(self.sep)
-            if self.fenced:
-                newline = block.find("\n", head_end, close)
-                name = block[head_end : newline if newline >= 0 else close].strip()
-                body = block[newline + 1 if newline >= 0 else close : close]
-                fence = re.fullmatch(r"\s*```(?:json)?\n?(.*?)\n?```\s*", body, re.DOTALL)
-                if newline < 0 or fence is None:
-                    return CallsRead(
-                        calls, pos, f"tool call {len(calls)}: arguments are not in a ```json block"
-                    )
-                span = (newline + 1 + fence.start(1), newline + 1 + fence.end(1))
-            else:
-                name = block[at + len(self.call_open) : sep].strip()
-                span = (head_end, close)
-            try:
-                a, b = _object_span(block, *span)
-            except JSONTextError as exc:
-                return CallsRead(
-                    calls, pos, f"tool call {len(calls)}: arguments are not a JSON object ({exc})"
-                )
-            pos = close + len(self.call_close)
-            calls.append(ReadCall(name, block[a:b], None, at, pos, a, b))
+        return read_framed_calls(
+            block,
+            context,
+            self._read_call,
+            call_open=self.call_open,
+            call_close=self.call_close,
+            sep=self.sep,
+            section=Section(self.start, self.close, "list"),
+        )
+
+    def _read_call(self, block: str, frame: CallFrame, context: CallContext) -> ReadCall | str:
+        head_end = frame.sep + len(self.sep)
+        if not self.fenced:
+            name = block[frame.start + len(self.call_open) : frame.sep].strip()
+            return _framed_object_call(block, frame, name, None, head_end, frame.close)
+        newline = block.find("\n", head_end, frame.close)
+        name = block[head_end : newline if newline >= 0 else frame.close].strip()
+        body = block[newline + 1 if newline >= 0 else frame.close : frame.close]
+        fence = re.fullmatch(r"\s*```(?:json)?\n?(.*?)\n?```\s*", body, re.DOTALL)
+        if newline < 0 or fence is None:
+            return f"tool call {frame.index}: arguments are not in a ```json block"
+        return _framed_object_call(
+            block, frame, name, None, newline + 1 + fence.start(1), newline + 1 + fence.end(1)
+        )
 
 
 _MISTRAL_ID = re.compile(r"^[A-Za-z0-9]{9}$")
@@ -277,7 +252,7 @@ class MistralCalls:
             head = block[at + len(self.start) : args_at]
             name, _, call_id = head.partition("[CALL_ID]")
             try:
-                a, b = _object_span(block, args_at + len("[ARGS]"), len(block[:end].rstrip(_WS)))
+                a, b = _object_span(block, args_at + len("[ARGS]"), len(block[:end].rstrip(WHITESPACE)))
             except JSONTextError as exc:
                 return CallsRead(calls, at, f"tool call {i}: arguments are not a JSON object ({exc})")
             calls.append(ReadCall(name.strip(), block[a:b], call_id.strip() or None, at, b, a, b))

@@ -30,15 +30,22 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from boundary.outputs.arguments import JSONTextError, convert_parameter, parameter_texts
+from boundary.outputs.arguments import JSONTextError, convert_parameter, parameter_texts, skip_whitespace
 from boundary.outputs.formats.base import CallContext, CallsRead, ReadCall
+from boundary.outputs.formats.framed import CallFrame, read_framed_calls
 from boundary.outputs.model import WrittenCall
 
-_WS = " \t\n\r"
 PARAMETERS = {  # one parameter: its name and the value text as written
     "qwen3_coder_xml": r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>",
     "minimax_xml": r'<parameter name="([^"]+)">(.*?)</parameter>',
 }
+WRITTEN_PARAMETER = {  # how each syntax writes one parameter
+    "qwen3_coder_xml": "<parameter={key}>\n{value}\n</parameter>\n",
+    "minimax_xml": '<parameter name="{key}">{value}</parameter>\n',
+}
+# One call: group 1 the function name, group 2 its parameters.
+_QWEN3_CALL = re.compile(r"<tool_call>\s*<function=([^>\n]+)>\n?(.*?)</function>\s*</tool_call>", re.DOTALL)
+_MINIMAX_CALL = re.compile(r'<invoke name="([^"]+)">\n?(.*?)</invoke>', re.DOTALL)
 
 
 def written_parameters(syntax: str, arguments_text: str) -> list[tuple[str, str]]:
@@ -48,19 +55,27 @@ def written_parameters(syntax: str, arguments_text: str) -> list[tuple[str, str]
     ]
 
 
-def _params(calls: Sequence[WrittenCall]) -> list[list[tuple[str, str]]]:
+def _parameter_bodies(syntax: str, calls: Sequence[WrittenCall]) -> list[str]:
+    """Each call's parameters as ``syntax`` writes them, in the order its arguments have them."""
     out = []
     for i, c in enumerate(calls):
         try:
-            out.append(parameter_texts(c.arguments))
+            params = parameter_texts(c.arguments)
         except JSONTextError as exc:
             raise ValueError(f"tool_calls[{i}].function.arguments: not a JSON object ({exc})") from None
+        out.append("".join(WRITTEN_PARAMETER[syntax].format(key=k, value=v) for k, v in params))
     return out
 
 
-def _arguments(name: str, params: list[tuple[str, str]], context: CallContext) -> str:
+def _xml_call(syntax: str, m: re.Match[str], index: int, context: CallContext) -> ReadCall | str:
+    """The call ``m`` matched (group 1 its name, group 2 its parameters), or a problem."""
+    params, problem = _read_parameters(m.group(2), PARAMETERS[syntax])
+    if problem:
+        return f"tool call {index}: {problem}"
+    name = m.group(1).strip()
     types = context.parameter_types.get(name, {})
-    return json.dumps({k: convert_parameter(v, types.get(k)) for k, v in params}, ensure_ascii=False)
+    arguments = json.dumps({k: convert_parameter(v, types.get(k)) for k, v in params}, ensure_ascii=False)
+    return ReadCall(name, arguments, None, m.start(), m.end(), m.start(2), m.end(2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,38 +88,20 @@ class Qwen3CoderXml:
     close: str = "</tool_call>"
 
     def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
-        blocks = []
-        for call, params in zip(calls, _params(calls), strict=True):
-            body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in params)
-            blocks.append(f"{self.start}\n<function={call.name}>\n{body}</function>\n{self.close}")
-        return between.join(blocks)
+        return between.join(
+            f"{self.start}\n<function={call.name}>\n{body}</function>\n{self.close}"
+            for call, body in zip(calls, _parameter_bodies(self.name, calls), strict=True)
+        )
 
     def read(self, block: str, context: CallContext) -> CallsRead:
-        calls: list[ReadCall] = []
-        pos = 0
-        pattern = re.compile(
-            r"<tool_call>\s*<function=([^>\n]+)>\n?(.*?)</function>\s*</tool_call>", re.DOTALL
-        )
-        while (at := _skip(block, pos)) < len(block):
-            if not block.startswith(self.start, at):
-                return CallsRead(
-                    calls, pos, f"unexpected text after tool call {len(calls) - 1}: {block[at : at + 40]!r}"
-                )
-            m = pattern.match(block, at)
-            if m is None:
-                problem = "is never closed" if self.close not in block[at:] else "is not <function=...> XML"
-                return CallsRead(
-                    calls, pos, f"tool call {len(calls)} {problem}", unclosed=self.close not in block[at:]
-                )
-            params, problem = _read_parameters(m.group(2), PARAMETERS[self.name])
-            if problem:
-                return CallsRead(calls, pos, f"tool call {len(calls)}: {problem}")
-            name = m.group(1).strip()
-            calls.append(
-                ReadCall(name, _arguments(name, params, context), None, at, m.end(), m.start(2), m.end(2))
-            )
-            pos = m.end()
-        return CallsRead(calls, pos)
+        return read_framed_calls(block, context, self._read_call, call_open=self.start, call_close=self.close)
+
+    def _read_call(self, block: str, frame: CallFrame, context: CallContext) -> ReadCall | str:
+        # matched from the call's start, not cut at its first close: the pattern decides the call's end
+        m = _QWEN3_CALL.match(block, frame.start)
+        if m is None:
+            return f"tool call {frame.index} is not <function=...> XML"
+        return _xml_call(self.name, m, frame.index, context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,10 +114,10 @@ class MinimaxXml:
     close: str = "</minimax:tool_call>"
 
     def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
-        invokes = []
-        for call, params in zip(calls, _params(calls), strict=True):
-            body = "".join(f'<parameter name="{k}">{v}</parameter>\n' for k, v in params)
-            invokes.append(f'<invoke name="{call.name}">\n{body}</invoke>\n')
+        invokes = (
+            f'<invoke name="{call.name}">\n{body}</invoke>\n'
+            for call, body in zip(calls, _parameter_bodies(self.name, calls), strict=True)
+        )
         return f"{self.start}\n{between.join(invokes)}{self.close}"
 
     def read(self, block: str, context: CallContext) -> CallsRead:
@@ -129,26 +126,16 @@ class MinimaxXml:
             return CallsRead([], 0, "the tool-call block is never closed", unclosed=True)
         calls: list[ReadCall] = []
         pos = len(self.start)
-        invoke = re.compile(r'<invoke name="([^"]+)">\n?(.*?)</invoke>', re.DOTALL)
-        while (at := _skip(block, pos)) < close:
-            m = invoke.match(block, at)
+        while (at := skip_whitespace(block, pos)) < close:
+            m = _MINIMAX_CALL.match(block, at)
             if m is None or m.end() > close:
                 return CallsRead(calls, 0, f"tool call {len(calls)} is not <invoke name=...> XML")
-            params, problem = _read_parameters(m.group(2), PARAMETERS[self.name])
-            if problem:
-                return CallsRead(calls, 0, f"tool call {len(calls)}: {problem}")
-            name = m.group(1).strip()
-            calls.append(
-                ReadCall(name, _arguments(name, params, context), None, at, m.end(), m.start(2), m.end(2))
-            )
-            pos = m.end()
+            found = _xml_call(self.name, m, len(calls), context)
+            if isinstance(found, str):
+                return CallsRead(calls, 0, found)
+            calls.append(found)
+            pos = found.end
         return CallsRead(calls, close + len(self.close))
-
-
-def _skip(text: str, pos: int) -> int:
-    while pos < len(text) and text[pos] in _WS:
-        pos += 1
-    return pos
 
 
 def _read_parameters(body: str, pattern: str) -> tuple[list[tuple[str, str]], str | None]:
