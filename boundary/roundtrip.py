@@ -237,7 +237,6 @@ def _whitespace_only(a: str, b: str) -> bool:
     return n > 0 and _without_space(a, n) == _without_space(b, n)
 
 
-
 def _token_ends_by(rendering: Rendering, token: int, char: int) -> bool:
     """Token ``token`` of ``rendering`` ends at or before text position ``char``."""
     if token >= len(rendering.token_ids):
@@ -460,55 +459,33 @@ def verify_round_trip(
     render_kwargs: dict[str, Any] = {"variant": variant, "arguments": habits.arguments, **template_kwargs}
     prompt = family.render(messages, tools, True, now=now, **render_kwargs)
     parsed = parse_output(family, ids, prompt, tools=tools, variant=variant)
-    checks: list[ContinuationCheck] = []
     roles = [m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None) for m in messages]
+
+    def probe(
+        continuation: Continuation, probe_messages: Sequence[Any], probe_tools: Sequence[Any] | None
+    ) -> ContinuationCheck:
+        nxt = family.render(probe_messages, probe_tools, True, now=next_now or now, **render_kwargs)
+        # probed continuations extend this request's own messages: only a given one can differ
+        same = continuation != "given" or _history_same(family, messages, probe_messages, habits)
+        return check_continuation(
+            family,
+            prompt,
+            ids,
+            parsed,
+            nxt,
+            continuation=continuation,
+            unit=unit,
+            history_same=same,
+            variant=variant,
+            roles=roles,
+        )
+
     if next_messages is not None:
-        nxt = family.render(
-            next_messages,
-            next_tools if next_tools is not None else tools,
-            True,
-            now=next_now or now,
-            **render_kwargs,
-        )
-        same = _history_same(family, messages, next_messages, habits)
-        checks.append(
-            check_continuation(
-                family,
-                prompt,
-                ids,
-                parsed,
-                nxt,
-                continuation="given",
-                unit=unit,
-                history_same=same,
-                variant=variant,
-                roles=roles,
-            )
-        )
+        checks = [probe("given", next_messages, next_tools if next_tools is not None else tools)]
     else:
         wanted: list[Continuation] = ["tool_result", "new_user"] if parsed.tool_calls else ["new_user"]
         appended = _appended(parsed, habits)
-        for continuation in wanted:
-            nxt = family.render(
-                continuation_messages(messages, appended, continuation),
-                tools,
-                True,
-                now=next_now or now,
-                **render_kwargs,
-            )
-            checks.append(
-                check_continuation(
-                    family,
-                    prompt,
-                    ids,
-                    parsed,
-                    nxt,
-                    continuation=continuation,
-                    unit=unit,
-                    variant=variant,
-                    roles=roles,
-                )
-            )
+        checks = [probe(c, continuation_messages(messages, appended, c), tools) for c in wanted]
     main = checks[0]
     return RoundTrip(
         d_end=main.d_end,
