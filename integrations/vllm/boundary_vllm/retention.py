@@ -282,10 +282,7 @@ class CheckpointRetention:
         manager.num_cached_block[request.request_id] = min(
             manager.num_cached_block.get(request.request_id, 0), index
         )
-        self._remember(key, CheckpointKind.INPUT_END)
-        self.counters.record_created(
-            CheckpointKind.INPUT_END, group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
-        )
+        self._record(group, key, CheckpointKind.INPUT_END)
 
     def _cache_attention_blocks(
         self,
@@ -361,10 +358,7 @@ class CheckpointRetention:
                 continue
             else:
                 continue  # dense or periodic retention: not a checkpoint of ours to attribute
-            self._remember(block.block_hash, kind)
-            self.counters.record_created(
-                kind, group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
-            )
+            self._record(group, block.block_hash, kind)
 
     def _attribute_partial_tail(self, group: MambaGroup, request: Request, num_tokens: int) -> None:
         """Upstream's sub-block prompt-tail state (``prefix_match_unit`` < block size)."""
@@ -391,12 +385,7 @@ class CheckpointRetention:
             or group.manager.block_pool.cached_block_hash_to_block.get_one_block(key) is None
         ):
             return
-        self._remember(key, CheckpointKind.PROMPT_END)
-        self.counters.record_created(
-            CheckpointKind.PROMPT_END,
-            group.state_bytes,
-            new_checkpoint=group.group_id == self._first_group_id,
-        )
+        self._record(group, key, CheckpointKind.PROMPT_END)
 
     def _hold_decode_state(self, plan: RequestCheckpoints, position: int, held: HeldState) -> None:
         plan.decode_states.setdefault(position, []).append(held)
@@ -409,6 +398,14 @@ class CheckpointRetention:
         for state in held:
             state.release()
             self.ledger.pop(state.key, None)
+
+    def _record(self, group: MambaGroup, key: BlockHashWithGroupId, kind: CheckpointKind) -> None:
+        """Attribute the state ``group`` keeps under ``key`` to ``kind`` and count its bytes; the
+        checkpoint itself counts once, on the first Mamba group."""
+        self._remember(key, kind)
+        self.counters.record_created(
+            kind, group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
+        )
 
     def _remember(self, key: BlockHashWithGroupId, kind: CheckpointKind) -> None:
         self.ledger[key] = kind
