@@ -65,13 +65,8 @@ class RecurrentState:
         """``MambaStateShapeCalculator.gated_delta_net_state_shape``."""
         conv_dim = head_k_dim * num_k_heads * 2 + head_v_dim * num_v_heads
         temporal = num_v_heads * head_v_dim * head_k_dim
-        return cls(
-            RecurrentKind.GATED_DELTA_NET,
-            conv_dim * (conv_kernel - 1),
-            conv_dtype_bytes,
-            temporal,
-            ssm_dtype_bytes,
-            6 * temporal,
+        return cls._shaped(
+            RecurrentKind.GATED_DELTA_NET, conv_dim, conv_kernel, temporal, conv_dtype_bytes, ssm_dtype_bytes
         )
 
     @classmethod
@@ -89,13 +84,24 @@ class RecurrentState:
         """``MambaStateShapeCalculator.mamba2_state_shape`` (intermediate size = heads x head_dim)."""
         conv_dim = num_heads * head_dim + 2 * n_groups * state_size
         temporal = num_heads * head_dim * state_size
+        return cls._shaped(
+            RecurrentKind.MAMBA2, conv_dim, conv_kernel, temporal, conv_dtype_bytes, ssm_dtype_bytes
+        )
+
+    @classmethod
+    def _shaped(
+        cls,
+        kind: RecurrentKind,
+        conv_dim: int,
+        conv_kernel: int,
+        temporal: int,
+        conv_dtype_bytes: int,
+        ssm_dtype_bytes: int,
+    ) -> RecurrentState:
+        """The state from its dimensions: a convolution window of ``conv_kernel - 1`` inputs of
+        ``conv_dim`` channels, and ``temporal`` elements of temporal state costing 6 FLOPs each per token."""
         return cls(
-            RecurrentKind.MAMBA2,
-            conv_dim * (conv_kernel - 1),
-            conv_dtype_bytes,
-            temporal,
-            ssm_dtype_bytes,
-            6 * temporal,
+            kind, conv_dim * (conv_kernel - 1), conv_dtype_bytes, temporal, ssm_dtype_bytes, 6 * temporal
         )
 
 
