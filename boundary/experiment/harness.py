@@ -100,18 +100,13 @@ def oracle_metrics(records: list[RequestRecord]) -> dict[str, Any]:
 def _oracle_records(stream: Stream, hits: list[int], cost: PrefillCostModel) -> list[RequestRecord]:
     out = []
     for r, hit in zip(stream.requests, hits, strict=True):
-        n = r.num_prompt_tokens
         out.append(
-            RequestRecord(
-                rid=r.rid,
-                session=r.session,
-                turn=r.turn,
-                continuation=r.continuation.value,
-                tool_call=r.tool_call,
-                prompt_tokens=n,
+            RequestRecord.of(
+                r,
+                cost,
+                hit,
                 attention=hit,
                 recurrent=hit,
-                joint=hit,
                 junction=0,
                 oracle=hit,
                 served_by=None,
@@ -123,9 +118,6 @@ def _oracle_records(stream: Stream, hits: list[int], cost: PrefillCostModel) -> 
                 collapsed=0,
                 recached=0,
                 forced_splits=0,
-                avoided_flops=cost.flops(0, hit),
-                recompute_flops=cost.flops(hit, n),
-                ttft_seconds=cost.seconds(hit, n),
             )
         )
     return out

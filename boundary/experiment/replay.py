@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from boundary.cache.accounting import CacheGeometry
 from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPrefixCache
@@ -77,6 +78,25 @@ class RequestRecord:
     avoided_flops: float
     recompute_flops: float
     ttft_seconds: float
+
+    @classmethod
+    def of(cls, request: StreamRequest, cost: PrefillCostModel, joint: int, **outcome: Any) -> RequestRecord:
+        """The record of ``request`` resuming at ``joint``: who it is from the stream, its prefill
+        cost from ``cost``, every other field from ``outcome``."""
+        n = request.num_prompt_tokens
+        return cls(
+            rid=request.rid,
+            session=request.session,
+            turn=request.turn,
+            continuation=request.continuation.value,
+            tool_call=request.tool_call,
+            prompt_tokens=n,
+            joint=joint,
+            avoided_flops=cost.flops(0, joint),
+            recompute_flops=cost.flops(joint, n),
+            ttft_seconds=cost.seconds(joint, n),
+            **outcome,
+        )
 
 
 @dataclass
@@ -240,18 +260,12 @@ def _record(
             }.get(served or "")
             if logical is not None:
                 loss = logical - state.position
-    n = sr.num_prompt_tokens
-    joint = hit.joint
-    return RequestRecord(
-        rid=sr.rid,
-        session=sr.session,
-        turn=sr.turn,
-        continuation=sr.continuation.value,
-        tool_call=sr.tool_call,
-        prompt_tokens=n,
+    return RequestRecord.of(
+        sr,
+        cost,
+        hit.joint,
         attention=hit.attention,
         recurrent=hit.recurrent,
-        joint=joint,
         junction=hit.junction,
         oracle=oracle,
         served_by=served,
@@ -263,7 +277,4 @@ def _record(
         collapsed=admission.plan.collapsed,
         recached=admission.recached,
         forced_splits=admission.forced_splits,
-        avoided_flops=cost.flops(0, joint),
-        recompute_flops=cost.flops(joint, n),
-        ttft_seconds=cost.seconds(joint, n),
     )
