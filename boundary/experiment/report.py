@@ -22,7 +22,7 @@ questions (numbered as in every report):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -178,187 +178,72 @@ def answers(unit: UnitResult) -> list[str]:
         f"(unit {unit.unit}, block {unit.block_size}).",
         "",
     ]
-
-    out.append(
-        "**1. First-continuation hit.** A session's second request, the first that could reuse its own state:"
+    out += _question(
+        "**1. First-continuation hit.** A session's second request, the first that could reuse its "
+        "own state:",
+        cap,
+        _first_continuation_hit,
+        _line("oracle", f"reused / oracle {pct(unit.oracle['first_continuation']['reused_over_oracle'])}"),
     )
-    for r in cap:
-        fc = r["first_continuation"]
-        out.append(
-            _line(
-                r["policy"],
-                f"own-session hit {pct(fc['session_hit_rate'])} of {fc['requests']:,} first "
-                f"continuations, any hit {pct(fc['hit_rate'])}, reused / oracle "
-                f"{pct(fc['reused_over_oracle'])}",
-            )
-        )
-    out.append(
-        _line("oracle", f"reused / oracle {pct(unit.oracle['first_continuation']['reused_over_oracle'])}")
-    )
-    out.append("")
-
-    out.append(
+    out += _question(
         "**2. D_end reuse, and how much is tool-call continuation.** Continuations served by a "
-        "decode_end state:"
+        "decode_end state:",
+        cap,
+        _decode_end_reuse,
     )
-    for r in cap:
-        by = r["decode_end_hits_by_continuation"]
-        total = sum(by.values())
-        tool = by.get("tool", 0)
-        out.append(
-            _line(
-                r["policy"],
-                f"decode_end_hit_rate {pct(r['decode_end_hit_rate'])} ({total:,} requests; "
-                f"tool-call continuations {tool:,} = {pct(tool / total if total else None)})",
-            )
-        )
-    out.append("")
-
-    out.append(
+    out += _question(
         "**3. U_end fallback.** Among continuations served by the previous request's U_end or D_end state, "
-        "the share U_end served (D_end did not round-trip):"
+        "the share U_end served (D_end did not round-trip):",
+        cap,
+        _input_end_fallback,
     )
-    for r in cap:
-        if r["input_end_fallback_rate"] is not None:
-            out.append(_line(r["policy"], f"input_end_fallback_rate {pct(r['input_end_fallback_rate'])}"))
-    out.append("")
-
-    out.append(
+    out += _question(
         "**4. Avoided first misses.** First continuations that hit their own session's previous request "
-        "where `main_sparse` did not:"
+        "where `main_sparse` did not:",
+        cap,
+        _avoided_first_misses,
     )
-    for r in cap:
-        if r["policy"] != "main_sparse":
-            out.append(
-                _line(
-                    r["policy"], f"{r['avoided_first_misses']:,} of {r['first_continuation']['requests']:,}"
-                )
-            )
-    out.append("")
-
-    out.append(
+    out += _question(
         "**5. After a branch is learned.** Steady-state requests (turn 2 and later), extra tokens matched "
-        "over `main_sparse`, and reactive branch-learning misses (attention matched past the joint hit):"
+        "over `main_sparse`, and reactive branch-learning misses (attention matched past the joint hit):",
+        cap,
+        _after_branch_learned,
     )
-    for r in cap:
-        out.append(
-            _line(
-                r["policy"],
-                f"{signed(r['additional_matched_tokens_after_branch_learned'])} tokens in "
-                f"steady state; {r['reactive_branch_learning_misses']:,} branch-learning misses "
-                f"({tokens(r['reactive_branch_learning_lost_tokens'])} tokens)",
-            )
-        )
-    out.append("")
-
-    out.append("**6. Prompt tokens saved.**")
-    for r in cap:
-        out.append(
-            _line(
-                r["policy"],
-                f"{tokens(r['joint_matched_tokens'])} of {tokens(r['prompt_tokens'])} prompt "
-                f"tokens reused ({pct(r['hit_rate']['reused_over_oracle'])} of the oracle's "
-                f"{tokens(r['oracle_reusable_tokens'])}); "
-                f"{tokens(r['prompt_tokens_recomputed'])} recomputed; "
-                f"{signed(r['additional_matched_tokens_vs_main_sparse'])} vs main_sparse",
-            )
-        )
-    out.append("")
-
-    out.append(
-        "**7. Prefill work saved** (cost model in the header; TTFT is an estimate, not a measurement):"
+    out += _question("**6. Prompt tokens saved.**", cap, _prompt_tokens_saved)
+    out += _question(
+        "**7. Prefill work saved** (cost model in the header; TTFT is an estimate, not a measurement):",
+        cap,
+        _prefill_work_saved,
+        _line("oracle", f"estimated TTFT mean {seconds(unit.oracle['ttft_estimate_seconds']['mean'])}"),
     )
-    for r in cap:
-        t = r["ttft_estimate_seconds"]
-        out.append(
-            _line(
-                r["policy"],
-                f"{pflops(r['avoided_prefill_flops'])} avoided "
-                f"({pct(r['avoided_prefill_fraction'])} of all prefill work); estimated TTFT "
-                f"mean {seconds(t['mean'])}, p50 {seconds(t['p50'])}, p90 {seconds(t['p90'])}",
-            )
-        )
-    out.append(
-        _line("oracle", f"estimated TTFT mean {seconds(unit.oracle['ttft_estimate_seconds']['mean'])}")
-    )
-    out.append("")
-
-    out.append(
+    out += _question(
         "**8. State memory.** Retained recurrent-state bytes (time-averaged / peak), states created, "
-        "and what a retained byte buys:"
+        "and what a retained byte buys:",
+        cap,
+        _state_memory,
     )
-    for r in cap:
-        life = r["checkpoint_lifetimes"]
-        created = sum(r["checkpoint_creations"].values())
-        per = r["saved_prompt_tokens_per_retained_state_byte"]
-        out.append(
-            _line(
-                r["policy"],
-                f"{gib(r['retained_state_bytes']['mean'])} mean / "
-                f"{gib(r['retained_state_bytes']['peak'])} peak; {created:,} states created "
-                f"({_kinds(r['checkpoint_creations'])}); {_evicted(life)}; "
-                f"{tokens(per * GIB if per else None)} saved tokens per GiB retained",
-            )
-        )
-    out.append("")
-
-    out.append(
+    out += _question(
         "**9. Eviction externality.** Evictions by victim and by the allocation that forced them, and "
-        "states evicted before serving any hit:"
+        "states evicted before serving any hit:",
+        cap + budget_runs,
+        _eviction_externality,
     )
-    for r in cap + budget_runs:
-        ev = ", ".join(f"{k} {v:,}" for k, v in r["evictions"].items()) or "none"
-        out.append(
-            _line(
-                r["policy"],
-                f"[{r['budget']}] {ev}; displaced checkpoints {r['displaced_checkpoints']:,}; "
-                f"occupancy states {pct(r['occupancy']['state_fraction'])} / blocks "
-                f"{pct(r['occupancy']['block_fraction'])} of capacity",
-            )
-        )
-    out.append("")
-
-    out.append("**10. First continuation vs steady state** (hit rate; reused / oracle):")
-    for r in cap:
-        fc, st = r["first_continuation"], r["steady_state"]
-        out.append(
-            _line(
-                r["policy"],
-                f"first {pct(fc['hit_rate'])}; {pct(fc['reused_over_oracle'])} — steady "
-                f"{pct(st['hit_rate'])}; {pct(st['reused_over_oracle'])}",
-            )
-        )
-    out.append("")
-
-    out.append(
+    out += _question(
+        "**10. First continuation vs steady state** (hit rate; reused / oracle):", cap, _first_vs_steady
+    )
+    out += _question(
         "**11. Logical candidates on one materialized checkpoint** (within a request; and states created "
-        "under a prefix id another live state already answers to):"
+        "under a prefix id another live state already answers to):",
+        cap,
+        _collapsed_candidates,
     )
-    for r in cap:
-        out.append(
-            _line(
-                r["policy"],
-                f"{r['duplicate_candidates']:,} collapsed candidates; "
-                f"{r['recached_states']:,} re-cached states",
-            )
-        )
-    out.append("")
-
-    out.append(
+    out += _question(
         "**12. Engine cost and disaggregation.** Extra prefill chunks the in-prompt checkpoints force; "
         "share of reused tokens served by prefill-side states (what survives prefill/decode "
-        "disaggregation without a decode-to-prefill path), and the reuse such a deployment measures:"
+        "disaggregation without a decode-to-prefill path), and the reuse such a deployment measures:",
+        cap,
+        _engine_cost,
     )
-    for r in cap:
-        out.append(
-            _line(
-                r["policy"],
-                f"{r['forced_scheduler_splits']:,} forced splits; "
-                f"consumable {pct(r['disaggregated_consumability'])}; disaggregated replay "
-                f"reuses {pct(r['disaggregated_reused_over_colocated'])} of the colocated tokens",
-            )
-        )
-    out.append("")
 
     out.append("**13. chat_aware under the same checkpoint-byte budget, and the second checkpoint.**")
     for budget in (EQUAL_BUDGET, EQUAL_CAPACITY):
@@ -381,6 +266,124 @@ def answers(unit: UnitResult) -> list[str]:
             ]
             out.append(f"- [{budget}] `both` second checkpoint: " + "; ".join(parts))
     return out
+
+
+def _question(
+    heading: str,
+    runs: Sequence[dict[str, Any]],
+    describe: Callable[[dict[str, Any]], str | None],
+    *after: str,
+) -> list[str]:
+    """One question's answer: ``heading``, a line for each run ``describe`` has text for, the
+    ``after`` lines, and a blank line."""
+    lines = [heading]
+    for r in runs:
+        text = describe(r)
+        if text is not None:
+            lines.append(_line(r["policy"], text))
+    return [*lines, *after, ""]
+
+
+# -- each question's line for one run, in question order ------------------------------------
+
+
+def _first_continuation_hit(r: dict[str, Any]) -> str:
+    fc = r["first_continuation"]
+    return (
+        f"own-session hit {pct(fc['session_hit_rate'])} of {fc['requests']:,} first "
+        f"continuations, any hit {pct(fc['hit_rate'])}, reused / oracle "
+        f"{pct(fc['reused_over_oracle'])}"
+    )
+
+
+def _decode_end_reuse(r: dict[str, Any]) -> str:
+    by = r["decode_end_hits_by_continuation"]
+    total = sum(by.values())
+    tool = by.get("tool", 0)
+    return (
+        f"decode_end_hit_rate {pct(r['decode_end_hit_rate'])} ({total:,} requests; "
+        f"tool-call continuations {tool:,} = {pct(tool / total if total else None)})"
+    )
+
+
+def _input_end_fallback(r: dict[str, Any]) -> str | None:
+    if r["input_end_fallback_rate"] is None:
+        return None
+    return f"input_end_fallback_rate {pct(r['input_end_fallback_rate'])}"
+
+
+def _avoided_first_misses(r: dict[str, Any]) -> str | None:
+    if r["policy"] == "main_sparse":
+        return None
+    return f"{r['avoided_first_misses']:,} of {r['first_continuation']['requests']:,}"
+
+
+def _after_branch_learned(r: dict[str, Any]) -> str:
+    return (
+        f"{signed(r['additional_matched_tokens_after_branch_learned'])} tokens in "
+        f"steady state; {r['reactive_branch_learning_misses']:,} branch-learning misses "
+        f"({tokens(r['reactive_branch_learning_lost_tokens'])} tokens)"
+    )
+
+
+def _prompt_tokens_saved(r: dict[str, Any]) -> str:
+    return (
+        f"{tokens(r['joint_matched_tokens'])} of {tokens(r['prompt_tokens'])} prompt "
+        f"tokens reused ({pct(r['hit_rate']['reused_over_oracle'])} of the oracle's "
+        f"{tokens(r['oracle_reusable_tokens'])}); "
+        f"{tokens(r['prompt_tokens_recomputed'])} recomputed; "
+        f"{signed(r['additional_matched_tokens_vs_main_sparse'])} vs main_sparse"
+    )
+
+
+def _prefill_work_saved(r: dict[str, Any]) -> str:
+    t = r["ttft_estimate_seconds"]
+    return (
+        f"{pflops(r['avoided_prefill_flops'])} avoided "
+        f"({pct(r['avoided_prefill_fraction'])} of all prefill work); estimated TTFT "
+        f"mean {seconds(t['mean'])}, p50 {seconds(t['p50'])}, p90 {seconds(t['p90'])}"
+    )
+
+
+def _state_memory(r: dict[str, Any]) -> str:
+    life = r["checkpoint_lifetimes"]
+    created = sum(r["checkpoint_creations"].values())
+    per = r["saved_prompt_tokens_per_retained_state_byte"]
+    return (
+        f"{gib(r['retained_state_bytes']['mean'])} mean / "
+        f"{gib(r['retained_state_bytes']['peak'])} peak; {created:,} states created "
+        f"({_kinds(r['checkpoint_creations'])}); {_evicted(life)}; "
+        f"{tokens(per * GIB if per else None)} saved tokens per GiB retained"
+    )
+
+
+def _eviction_externality(r: dict[str, Any]) -> str:
+    ev = ", ".join(f"{k} {v:,}" for k, v in r["evictions"].items()) or "none"
+    return (
+        f"[{r['budget']}] {ev}; displaced checkpoints {r['displaced_checkpoints']:,}; "
+        f"occupancy states {pct(r['occupancy']['state_fraction'])} / blocks "
+        f"{pct(r['occupancy']['block_fraction'])} of capacity"
+    )
+
+
+def _first_vs_steady(r: dict[str, Any]) -> str:
+    fc, st = r["first_continuation"], r["steady_state"]
+    return (
+        f"first {pct(fc['hit_rate'])}; {pct(fc['reused_over_oracle'])} — steady "
+        f"{pct(st['hit_rate'])}; {pct(st['reused_over_oracle'])}"
+    )
+
+
+def _collapsed_candidates(r: dict[str, Any]) -> str:
+    return f"{r['duplicate_candidates']:,} collapsed candidates; {r['recached_states']:,} re-cached states"
+
+
+def _engine_cost(r: dict[str, Any]) -> str:
+    return (
+        f"{r['forced_scheduler_splits']:,} forced splits; "
+        f"consumable {pct(r['disaggregated_consumability'])}; disaggregated replay "
+        f"reuses {pct(r['disaggregated_reused_over_colocated'])} of the colocated tokens"
+    )
 
 
 def _kinds(counts: dict[str, int]) -> str:
