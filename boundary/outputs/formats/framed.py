@@ -41,39 +41,44 @@ class CallFrame:
 ReadFramed = Callable[[str, CallFrame, CallContext], ReadCall | str]
 
 
-def read_framed_calls(
-    block: str,
-    context: CallContext,
-    read_call: ReadFramed,
-    *,
-    call_open: str,
-    call_close: str,
-    sep: str = "",
-    section: Section | None = None,
-) -> CallsRead:
-    """Every call of ``block``, each read by ``read_call``; on a problem, the calls before it
-    and the end of the last one."""
-    calls: list[ReadCall] = []
-    pos = 0 if section is None else len(section.open)
-    while True:
-        at = skip_whitespace(block, pos)
-        if section is not None and block.startswith(section.close, at):
-            return CallsRead(calls, at + len(section.close))
-        if at >= len(block):
-            if section is None:
-                return CallsRead(calls, pos)
-            return CallsRead(calls, pos, f"the tool-call {section.noun} is never closed", unclosed=True)
-        if not block.startswith(call_open, at):
-            where = (
-                f"after tool call {len(calls) - 1}" if section is None else f"in the tool-call {section.noun}"
-            )
-            return CallsRead(calls, pos, f"unexpected text {where}: {block[at : at + 40]!r}")
-        sep_at = block.find(sep, at)
-        close = block.find(call_close, at)
-        if sep_at < 0 or close < 0 or close < sep_at:
-            return CallsRead(calls, pos, f"tool call {len(calls)} is never closed", unclosed=True)
-        found = read_call(block, CallFrame(len(calls), at, sep_at, close, close + len(call_close)), context)
-        if isinstance(found, str):
-            return CallsRead(calls, pos, found)
-        calls.append(found)
-        pos = found.end
+@dataclass(frozen=True, slots=True)
+class Framing:
+    """A syntax's call markers (``sep`` empty when it has none) and the section around its
+    calls (None when the calls run to the end of the block)."""
+
+    call_open: str
+    call_close: str
+    sep: str = ""
+    section: Section | None = None
+
+    def read(self, block: str, context: CallContext, read_call: ReadFramed) -> CallsRead:
+        """Every call of ``block``, each read by ``read_call``; on a problem, the calls before it
+        and the end of the last one."""
+        section = self.section
+        calls: list[ReadCall] = []
+        pos = 0 if section is None else len(section.open)
+        while True:
+            at = skip_whitespace(block, pos)
+            if section is not None and block.startswith(section.close, at):
+                return CallsRead(calls, at + len(section.close))
+            if at >= len(block):
+                if section is None:
+                    return CallsRead(calls, pos)
+                return CallsRead(calls, pos, f"the tool-call {section.noun} is never closed", unclosed=True)
+            if not block.startswith(self.call_open, at):
+                where = (
+                    f"after tool call {len(calls) - 1}"
+                    if section is None
+                    else f"in the tool-call {section.noun}"
+                )
+                return CallsRead(calls, pos, f"unexpected text {where}: {block[at : at + 40]!r}")
+            sep = block.find(self.sep, at)
+            close = block.find(self.call_close, at)
+            if sep < 0 or close < 0 or close < sep:
+                return CallsRead(calls, pos, f"tool call {len(calls)} is never closed", unclosed=True)
+            frame = CallFrame(len(calls), at, sep, close, close + len(self.call_close))
+            found = read_call(block, frame, context)
+            if isinstance(found, str):
+                return CallsRead(calls, pos, found)
+            calls.append(found)
+            pos = found.end

@@ -29,7 +29,7 @@ from boundary.outputs.arguments import (
     skip_whitespace,
 )
 from boundary.outputs.formats.base import CallContext, CallsRead, ReadCall
-from boundary.outputs.formats.framed import CallFrame, Section, read_framed_calls
+from boundary.outputs.formats.framed import CallFrame, Framing, Section
 from boundary.outputs.model import WrittenCall
 
 
@@ -84,7 +84,7 @@ class HermesJson:
         )
 
     def read(self, block: str, context: CallContext) -> CallsRead:
-        return read_framed_calls(block, context, self._read_call, call_open=self.start, call_close=self.close)
+        return Framing(self.start, self.close).read(block, context, self._read_call)
 
     def _read_call(self, block: str, frame: CallFrame, context: CallContext) -> ReadCall | str:
         found = _name_and_arguments(block[: frame.close], frame.start + len(self.start), frame.index)
@@ -155,15 +155,9 @@ class KimiSections:
         return self.start + between.join(parts) + self.close
 
     def read(self, block: str, context: CallContext) -> CallsRead:
-        return read_framed_calls(
-            block,
-            context,
-            self._read_call,
-            call_open=self.call_open,
-            call_close=self.call_close,
-            sep=self.args_open,
-            section=Section(self.start, self.close, "section"),
-        )
+        section = Section(self.start, self.close, "section")
+        framing = Framing(self.call_open, self.call_close, self.args_open, section)
+        return framing.read(block, context, self._read_call)
 
     def _read_call(self, block: str, frame: CallFrame, context: CallContext) -> ReadCall | str:
         call_id = block[frame.start + len(self.call_open) : frame.sep].strip()
@@ -198,15 +192,9 @@ class DeepSeekV3:
         return self.start + between.join(parts) + self.close
 
     def read(self, block: str, context: CallContext) -> CallsRead:
-        return read_framed_calls(
-            block,
-            context,
-            self._read_call,
-            call_open=self.call_open,
-            call_close=self.call_close,
-            sep=self.sep,
-            section=Section(self.start, self.close, "list"),
-        )
+        section = Section(self.start, self.close, "list")
+        framing = Framing(self.call_open, self.call_close, self.sep, section)
+        return framing.read(block, context, self._read_call)
 
     def _read_call(self, block: str, frame: CallFrame, context: CallContext) -> ReadCall | str:
         head_end = frame.sep + len(self.sep)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from boundary.outputs.arguments import JSONTextError, convert_parameter, parameter_texts, skip_whitespace
 from boundary.outputs.formats.base import CallContext, CallsRead, ReadCall
-from boundary.outputs.formats.framed import CallFrame, read_framed_calls
+from boundary.outputs.formats.framed import CallFrame, Framing
 from boundary.outputs.model import WrittenCall
 
 PARAMETERS = {  # one parameter: its name and the value text as written
@@ -94,7 +94,7 @@ class Qwen3CoderXml:
         )
 
     def read(self, block: str, context: CallContext) -> CallsRead:
-        return read_framed_calls(block, context, self._read_call, call_open=self.start, call_close=self.close)
+        return Framing(self.start, self.close).read(block, context, self._read_call)
 
     def _read_call(self, block: str, frame: CallFrame, context: CallContext) -> ReadCall | str:
         # matched from the call's start, not cut at its first close: the pattern decides the call's end
