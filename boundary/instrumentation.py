@@ -1,27 +1,30 @@
-"""Rewrites a chat template's Jinja AST so that one render also reports where things are.
+"""Rewrite a chat template's Jinja AST so that one render also reports where things are.
 
-The rewrite only adds output of in-band marks (and loop-step checks); it never changes what
-the template computes. The renderer records each mark's position and strips it, so the
-text is exactly what the original template renders.
+The invariant: **removing what the rewrite adds gives transformers' output, byte for byte,
+for every template transformers renders.** The rewrite never evaluates template code twice
+and never puts a mark where template code could observe it:
 
-Marks added:
+- marks are printed only in *direct output* — statements whose output flows straight to the
+  template's top-level output stream. Output captured as a value (``{% set %}`` blocks,
+  macro and ``caller()`` bodies, ``{% filter %}`` blocks, recursive loops, named blocks)
+  can be measured, sliced or filtered by the template, so no mark is ever placed there;
+- every ``{% if %}`` / ``{% elif %}`` test that reads ``add_generation_prompt`` (in direct
+  output) becomes ``probe(flipped, test)``: the flipped evaluation (``boundary.flipped_test``,
+  side-effect free by construction) runs first, then the template's own test exactly once,
+  and the branch taken starts with a mark that is non-empty only at the first test whose
+  two outcomes differ — U_end;
+- at the top of loop bodies over ``messages`` (direct output only), a mark with the loop
+  site and the message index (the loop item is matched by identity against the request's
+  message dicts);
+- at the top of every loop body, a step counted against the render limits; ``+`` and ``~``
+  are routed through the sandbox's size checks;
+- ``{% generation %}`` blocks (transformers' extension, same scoping) are bracketed by marks
+  when they sit in direct output.
 
-- **generation-prompt probe** — before every ``{% if %}`` / ``{% elif %}`` whose test reads
-  ``add_generation_prompt``, a call that evaluates the test twice, with the flag as passed
-  and flipped, and emits a mark when the two disagree. The first such mark is where the
-  rendering with the generation prompt and the one without it part ways: U_end.
-- **message start** — at the top of every printing loop body that iterates over
-  ``messages`` (or a variable assigned from it), when the loop variable is one of the
-  request's message dicts (checked by identity at render time): the loop site and index.
-- **loop step** — at the top of every loop body, a step counted against the limits.
-
-It also routes every ``+`` through a size check (``RenderLimits.max_string_chars``).
-The callbacks are filters applied to the per-render recorder (``_bnd_rec``): jinja2 calls
-filters directly, without the sandbox's per-call checks, which keeps the overhead small.
-
-A template that reads ``add_generation_prompt`` anywhere else (a ``{% set %}``, an output
-expression, a macro body, a captured block), where a probe could not be placed soundly,
-gets a static ``unavailable_reason`` instead, and its boundary is reported unavailable.
+The added calls are filters whose names are not Jinja identifiers (``bnd.probe`` ...), so no
+template can name, read or call them. A template that reads the flag anywhere a probe can't
+be placed soundly (an output expression, a ``{% set %}``, a loop's iterable, captured output)
+or that rebinds it gets a static ``unavailable_reason`` instead.
 
 jinja2 gotchas handled here: the transformer mutates the tree in place (callers parse fresh
 per compile), and ``Node.find_all`` does not yield the node itself.
@@ -36,18 +39,27 @@ from dataclasses import dataclass
 from jinja2 import nodes
 from jinja2.visitor import NodeTransformer
 
-GENERATION_FLAG = "add_generation_prompt"
+from boundary.flipped_test import GENERATION_FLAG, test_names
 
-RECORDER = "_bnd_rec"  # the per-render recorder, passed as a template variable
-PROBE = "_bnd_probe"
-MESSAGE = "_bnd_message"
-TICK = "_bnd_tick"
-GENERATION = "_bnd_generation"
-CHECKED_ADD = "_bnd_add"
-RESERVED_NAMES = frozenset({RECORDER, PROBE, MESSAGE, TICK, GENERATION, CHECKED_ADD})
+FLIP = "bnd.flip"
+PROBE = "bnd.probe"
+EMIT = "bnd.emit"
+MESSAGE = "bnd.message"
+TICK = "bnd.tick"
+GENERATION = "bnd.generation"
+CHECKED_ADD = "bnd.add"
+CHECKED_CONCAT = "bnd.concat"
 
-# Statements whose output is captured as a value (and may be filtered) instead of printed.
-_CAPTURING = (nodes.Macro, nodes.CallBlock, nodes.FilterBlock, nodes.AssignBlock)
+GENERATION_METHOD = "_generation_support"  # transformers' extension method name
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeSite:
+    """A probed ``if`` test: its site number, the expression and where it is."""
+
+    site: int
+    test: nodes.Expr
+    lineno: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,43 +67,34 @@ class Instrumented:
     """The rewritten tree and what the rewrite learned about the template."""
 
     tree: nodes.Template
-    probes: int  # generation-prompt probes placed
+    probes: tuple[ProbeSite, ...]
     message_sites: int  # loop bodies that may start a message
     unavailable_reason: str | None  # why U_end cannot be located, when it cannot
+    generation_reason: str | None  # why ``{% generation %}`` spans are not tracked, when not
 
 
-def _reads_flag(node: nodes.Node) -> bool:
-    if isinstance(node, nodes.Name):
-        return node.name == GENERATION_FLAG and node.ctx == "load"
-    return any(n.name == GENERATION_FLAG and n.ctx == "load" for n in node.find_all(nodes.Name))
-
-
-def _flag_reads(node: nodes.Node) -> Iterator[nodes.Name]:
-    if isinstance(node, nodes.Name):
-        if node.name == GENERATION_FLAG and node.ctx == "load":
-            yield node
-        return
-    for name in node.find_all(nodes.Name):
-        if name.name == GENERATION_FLAG and name.ctx == "load":
+def _names(node: nodes.Node, ctx: str | None = "load") -> Iterator[nodes.Name]:
+    candidates = [node] if isinstance(node, nodes.Name) else []
+    for name in [*candidates, *node.find_all(nodes.Name)]:
+        if name.name == GENERATION_FLAG and (ctx is None or name.ctx == ctx):
             yield name
 
 
-class _FlipFlag(NodeTransformer):
-    def visit_Name(self, node: nodes.Name) -> nodes.Node:
-        if node.name == GENERATION_FLAG and node.ctx == "load":
-            return nodes.Not(nodes.Name(GENERATION_FLAG, "load", lineno=node.lineno), lineno=node.lineno)
-        return node
+def _reads_flag(node: nodes.Node) -> bool:
+    return next(_names(node), None) is not None
 
 
-def recorder_call(callback: str, args: list[nodes.Expr], lineno: int) -> nodes.Filter:
-    """``_bnd_rec|callback(*args)``: a callback on the per-render recorder."""
-    recorder = nodes.Name(RECORDER, "load", lineno=lineno)
-    return nodes.Filter(recorder, callback, args, [], None, None, lineno=lineno)
+def _call(filter_name: str, subject: nodes.Expr, args: list[nodes.Expr], lineno: int) -> nodes.Filter:
+    return nodes.Filter(subject, filter_name, args, [], None, None, lineno=lineno)
+
+
+def _mark(filter_name: str, args: list[nodes.Expr], lineno: int) -> nodes.Output:
+    return nodes.Output([_call(filter_name, nodes.Const(0), args, lineno)], lineno=lineno)
 
 
 def _unchain_elif(node: nodes.If) -> nodes.If:
     """``if a ... elif b ... else c`` as ``if a ... else (if b ... else c)``: same semantics,
-    and every test then heads its own statement, where a probe can precede it."""
+    and every test then heads its own statement."""
     if not node.elif_:
         return node
     first, *rest = node.elif_
@@ -99,74 +102,140 @@ def _unchain_elif(node: nodes.If) -> nodes.If:
     return nodes.If(node.test, node.body, [], [_unchain_elif(inner)], lineno=node.lineno)
 
 
-class _Rewriter(NodeTransformer):
-    def __init__(self, message_names: frozenset[str]) -> None:
-        self.probes = 0
+def _is_generation_block(node: nodes.Node) -> bool:
+    return (
+        isinstance(node, nodes.CallBlock)
+        and isinstance(node.call.node, nodes.ExtensionAttribute)
+        and node.call.node.name == GENERATION_METHOD
+    )
+
+
+def _captures(node: nodes.Node, transparent: frozenset[str]) -> bool:
+    """Whether ``node``'s body output is captured as a value the template can inspect."""
+    if isinstance(node, nodes.For):
+        return node.recursive
+    if _is_generation_block(node):
+        return False  # its output is returned unchanged (transformers' semantics)
+    if isinstance(node, nodes.Macro):
+        return node.name not in transparent
+    return isinstance(node, (nodes.CallBlock, nodes.FilterBlock, nodes.AssignBlock, nodes.Block))
+
+
+def _direct_outputs(body: list[nodes.Node], transparent: frozenset[str]) -> Iterator[nodes.Output]:
+    for node in body:
+        if isinstance(node, nodes.Output):
+            yield node
+        elif not _captures(node, transparent):
+            children = [c for c in node.iter_child_nodes() if not isinstance(c, nodes.Expr)]
+            yield from _direct_outputs(children, transparent)
+
+
+def transparent_macros(tree: nodes.Template) -> frozenset[str]:
+    """Top-level macros whose output always reaches direct output unchanged: every use of the
+    name is a bare call printed by ``{{ name(...) }}`` in direct output (possibly inside another
+    such macro). Marks inside their bodies are as safe as at top level."""
+    candidates = {m.name for m in tree.body if isinstance(m, nodes.Macro)}
+    if not candidates:
+        return frozenset()
+    names = list(tree.find_all(nodes.Name))
+    candidates -= {n.name for n in names if n.ctx != "load"}
+    candidates -= {m.name for m in tree.find_all(nodes.Macro) if m not in tree.body}
+    while True:
+        current = frozenset(candidates)
+        printed = {
+            id(e.node)
+            for o in _direct_outputs(tree.body, current)
+            for e in o.nodes
+            if isinstance(e, nodes.Call) and isinstance(e.node, nodes.Name)
+        }
+        misused = {n.name for n in names if n.name in candidates and id(n) not in printed}
+        if not misused:
+            return current
+        candidates -= misused
+
+
+class _Instrument(NodeTransformer):
+    """Places probes, message marks, loop steps and size checks, tracking whether the
+    statement being visited prints to direct output."""
+
+    def __init__(self, message_names: frozenset[str], transparent: frozenset[str]) -> None:
+        self._transparent = transparent
+        self.probes: list[ProbeSite] = []
         self.message_sites = 0
-        self.unavailable: str | None = None
-        self._capture_depth = 0
+        self.generation_reason: str | None = None
+        self._captured = 0
         self._message_names = message_names
 
-    def _unavailable(self, name: nodes.Name, where: str) -> None:
-        if self.unavailable is None:
-            self.unavailable = f"{GENERATION_FLAG} is read {where} (template line {name.lineno})"
-
-    def _check_expr(self, expr: nodes.Node | None, where: str) -> None:
-        if expr is not None:
-            for name in _flag_reads(expr):
-                self._unavailable(name, where)
-
     def generic_visit(self, node: nodes.Node, *args: object, **kwargs: object) -> nodes.Node:
-        if isinstance(node, _CAPTURING):
-            self._capture_depth += 1
-            try:
-                for name in _flag_reads(node):
-                    self._unavailable(name, f"inside a {type(node).__name__} whose output is captured")
-                return super().generic_visit(node, *args, **kwargs)
-            finally:
-                self._capture_depth -= 1
-        if isinstance(node, (nodes.Output, nodes.Assign, nodes.ExprStmt)):
-            self._check_expr(node, f"in a {type(node).__name__} statement")
-        elif isinstance(node, nodes.With):
-            for value in node.values:
-                self._check_expr(value, "in a with-statement")
-        return super().generic_visit(node, *args, **kwargs)
+        captures = _captures(node, self._transparent)
+        self._captured += captures
+        try:
+            if _is_generation_block(node):
+                self._generation(node)
+            return super().generic_visit(node, *args, **kwargs)
+        finally:
+            self._captured -= captures
 
-    def visit_If(self, node: nodes.If) -> list[nodes.Node] | nodes.Node:
+    def visit_If(self, node: nodes.If) -> nodes.Node:
         node = _unchain_elif(node)
+        original = copy.deepcopy(node.test)
+        node.test = self.visit(node.test)
         node.body = self._visit_body(node.body)
         node.else_ = self._visit_body(node.else_)
-        if self._capture_depth or not _reads_flag(node.test):
-            if self._capture_depth:
-                self._check_expr(node.test, "in a test inside a captured block")
+        if self._captured or not _reads_flag(node.test):
             return node
-        self.probes += 1
-        flipped = _FlipFlag().visit(copy.deepcopy(node.test))
-        probe = nodes.Output([recorder_call(PROBE, [node.test, flipped], node.lineno)], lineno=node.lineno)
-        return [probe, node]
+        site = len(self.probes)
+        self.probes.append(ProbeSite(site, original, node.lineno))
+        names = [nodes.Name(n, "load", lineno=node.lineno) for n in test_names(original)]
+        flipped = _call(FLIP, nodes.Const(site), names, node.lineno)
+        node.test = _call(PROBE, flipped, [node.test], node.lineno)
+        node.body = [_mark(EMIT, [], node.lineno), *node.body]
+        node.else_ = [_mark(EMIT, [], node.lineno), *node.else_]
+        return node
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
-        self._check_expr(node.iter, "in a for-loop's iterable")
-        self._check_expr(node.test, "in a for-loop's filter")
-        node.body = self._visit_body(node.body)
-        node.else_ = self._visit_body(node.else_)
-        head: list[nodes.Node] = [nodes.ExprStmt(recorder_call(TICK, [], node.lineno), lineno=node.lineno)]
+        captures = node.recursive
+        self._captured += captures
+        try:
+            node.iter = self.visit(node.iter)
+            if node.test is not None:
+                node.test = self.visit(node.test)
+            node.body = self._visit_body(node.body)
+            node.else_ = self._visit_body(node.else_)
+        finally:
+            self._captured -= captures
+        head: list[nodes.Node] = [
+            nodes.ExprStmt(_call(TICK, nodes.Const(0), [], node.lineno), lineno=node.lineno)
+        ]
         if (
-            not self._capture_depth
+            not self._captured
+            and not captures
             and isinstance(node.target, nodes.Name)
             and _reads_any(node.iter, self._message_names)
             and any(True for _ in _outputs(node.body))
         ):
             self.message_sites += 1
-            site = nodes.Const(self.message_sites)
             item = nodes.Name(node.target.name, "load", lineno=node.lineno)
-            head.append(nodes.Output([recorder_call(MESSAGE, [site, item], node.lineno)], lineno=node.lineno))
+            head.append(_mark(MESSAGE, [nodes.Const(self.message_sites), item], node.lineno))
         node.body = head + node.body
         return node
 
     def visit_Add(self, node: nodes.Add) -> nodes.Filter:
         left, right = self.visit(node.left), self.visit(node.right)
-        return nodes.Filter(left, CHECKED_ADD, [right], [], None, None, lineno=node.lineno)
+        return _call(CHECKED_ADD, left, [right], node.lineno)
+
+    def visit_Concat(self, node: nodes.Concat) -> nodes.Filter:
+        parts = [self.visit(n) for n in node.nodes]
+        return _call(CHECKED_CONCAT, nodes.Tuple(parts, "load", lineno=node.lineno), [], node.lineno)
+
+    def _generation(self, node: nodes.CallBlock) -> None:
+        if self._captured > 0:
+            self.generation_reason = (
+                f"a {{% generation %}} block (template line {node.lineno}) sits in captured output"
+            )
+            return
+        node.body = [_mark(GENERATION, [nodes.Const(True)], node.lineno), *node.body]
+        node.body.append(_mark(GENERATION, [nodes.Const(False)], node.lineno))
 
     def _visit_body(self, body: list[nodes.Node]) -> list[nodes.Node]:
         out: list[nodes.Node] = []
@@ -212,13 +281,76 @@ def _message_names(tree: nodes.Template) -> frozenset[str]:
     return frozenset(names)
 
 
+class _FlagUse:
+    """Finds reads of the flag that no probe covers, and rebindings of the flag."""
+
+    def __init__(self, transparent: frozenset[str]) -> None:
+        self._transparent = transparent
+        self.reason: str | None = None
+
+    def _flag(self, lineno: int, where: str) -> None:
+        if self.reason is None:
+            self.reason = f"{GENERATION_FLAG} is {where} (template line {lineno})"
+
+    def scan(self, body: list[nodes.Node], captured: str | None) -> None:
+        for node in body:
+            self.statement(node, captured)
+
+    def statement(self, node: nodes.Node, captured: str | None) -> None:
+        """``captured`` names the innermost construct whose output is captured, if any."""
+        if isinstance(node, nodes.If):
+            if _is_default_idiom(node):
+                return
+            for test in [node.test, *(e.test for e in node.elif_)]:
+                if captured and _reads_flag(test):
+                    self._flag(test.lineno, f"tested inside a {captured} whose output is captured")
+                self._expression(test, inside_test=True)
+            for branch in [node.body, *(e.body for e in node.elif_), node.else_]:
+                self.scan(branch, captured)
+            return
+        if _captures(node, self._transparent):
+            captured = "recursive loop" if isinstance(node, nodes.For) else type(node).__name__
+        for child in node.iter_child_nodes():
+            if isinstance(child, nodes.Expr):
+                self._expression(child, inside_test=False)
+            else:
+                self.statement(child, captured)
+
+    def _expression(self, expr: nodes.Expr, *, inside_test: bool) -> None:
+        for name in _names(expr, ctx=None):
+            if name.ctx != "load":
+                self._flag(name.lineno, "rebound by the template")
+            elif not inside_test:
+                self._flag(name.lineno, "read outside an if-test")
+
+
+def _is_default_idiom(node: nodes.If) -> bool:
+    """``{% if add_generation_prompt is not defined %}{% set add_generation_prompt = false %}``:
+    dead code, since the flag is always passed."""
+    test = node.test
+    if isinstance(test, nodes.Not):
+        test = test.node
+        negated = True
+    else:
+        negated = False
+    defined = (
+        isinstance(test, nodes.Test)
+        and isinstance(test.node, nodes.Name)
+        and test.node.name == GENERATION_FLAG
+        and test.name in ("defined", "undefined")
+    )
+    if not defined or node.elif_ or node.else_:
+        return False
+    return (test.name == "defined") == negated
+
+
 def instrument(tree: nodes.Template) -> Instrumented:
     """Rewrite ``tree`` in place (parse a fresh tree per call) and describe what was placed."""
-    used = {n.name for n in tree.find_all(nodes.Name)} | {f.name for f in tree.find_all(nodes.Filter)}
-    used &= RESERVED_NAMES
-    rewriter = _Rewriter(_message_names(tree))
+    transparent = transparent_macros(tree)
+    use = _FlagUse(transparent)
+    use.scan(tree.body, captured=None)
+    rewriter = _Instrument(_message_names(tree), transparent)
     tree = rewriter.visit(tree)
-    reason = rewriter.unavailable
-    if used:
-        reason = f"the template uses names reserved by boundary: {', '.join(sorted(used))}"
-    return Instrumented(tree, rewriter.probes, rewriter.message_sites, reason)
+    return Instrumented(
+        tree, tuple(rewriter.probes), rewriter.message_sites, use.reason, rewriter.generation_reason
+    )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -22,14 +23,14 @@ import jinja2
 import jinja2.meta
 import jinja2.nodes
 
+from boundary import instrumentation as ins
 from boundary.errors import (
     RenderLimitExceeded,
-    RequestError,
     SandboxViolation,
     TemplateLoadError,
     TemplateRenderError,
 )
-from boundary.instrumentation import RECORDER, RESERVED_NAMES, instrument
+from boundary.flipped_test import FlippedTest, Unknown, flipped_test
 from boundary.offsets import CharOffset, Span
 from boundary.sandbox import (
     DEFAULT_LIMITS,
@@ -51,8 +52,13 @@ class CompiledTemplate:
     source: str
     template: jinja2.Template
     variables: frozenset[str]  # undeclared variables the template reads
-    probes: int
+    flipped: tuple[FlippedTest, ...]  # one per generation-prompt probe, by site
     unavailable_reason: str | None
+    generation_reason: str | None = None
+
+    @property
+    def probes(self) -> int:
+        return len(self.flipped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +68,7 @@ class TextRendering:
     ``input_end`` is U_end in characters, or None with ``input_end_reason`` saying why.
     ``message_starts[i]`` is where the template's message loop began message ``i`` (None if
     it never did, e.g. a system message the template renders outside its loop).
+    ``generation_spans`` are the ``{% generation %}`` blocks printed to direct output.
     """
 
     text: str
@@ -71,9 +78,67 @@ class TextRendering:
     generation_spans: tuple[Span, ...]
 
 
+_RECORDER: ContextVar[_Recorder] = ContextVar("boundary_recorder")
+_SKIP = object()  # the flipped value is not needed: the outcome is already known
+
+
+@jinja2.pass_context
+def _flip(context: Any, site: int, *values: Any) -> Any:
+    return _RECORDER.get().flip(site, values)
+
+
+@jinja2.pass_context
+def _probe(context: Any, flipped: Any, value: Any) -> bool:
+    return _RECORDER.get().probe(flipped, value)
+
+
+@jinja2.pass_context
+def _emit(context: Any, _: int) -> str:
+    return _RECORDER.get().emit()
+
+
+@jinja2.pass_context
+def _message(context: Any, _: int, site: int, item: Any) -> str:
+    return _RECORDER.get().message(site, item)
+
+
+@jinja2.pass_context
+def _tick(context: Any, _: int) -> str:
+    return _RECORDER.get().deadline.tick()
+
+
+@jinja2.pass_context
+def _generation(context: Any, _: int, start: bool) -> str:
+    return _RECORDER.get().generation(start)
+
+
 @lru_cache(maxsize=4)
 def _sandbox(limits: RenderLimits) -> Sandbox:
-    return Sandbox(limits)
+    env = Sandbox(limits)
+    env.filters.update(
+        {
+            ins.FLIP: _flip,
+            ins.PROBE: _probe,
+            ins.EMIT: _emit,
+            ins.MESSAGE: _message,
+            ins.TICK: _tick,
+            ins.GENERATION: _generation,
+            ins.CHECKED_ADD: env._checked_add,
+            ins.CHECKED_CONCAT: _concat(env),
+        }
+    )
+    return env
+
+
+def _concat(env: Sandbox) -> Any:
+    checked = getattr(env, "checked_concat", None)
+    if checked is not None:
+        return checked
+
+    def concat(parts: tuple[Any, ...]) -> str:
+        return "".join(map(str, parts))
+
+    return concat
 
 
 @lru_cache(maxsize=128)
@@ -90,28 +155,53 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
                 location=f"template:{node.lineno}",
             )
         variables = frozenset(jinja2.meta.find_undeclared_variables(tree))
-        instrumented = instrument(env.parse(source))  # a fresh tree: instrument() mutates it
+        instrumented = ins.instrument(env.parse(source))  # a fresh tree: instrument() mutates it
         template = env.from_string(instrumented.tree)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateLoadError(f"syntax error: {exc.message}", location=f"template:{exc.lineno}") from None
-    return CompiledTemplate(source, template, variables, instrumented.probes, instrumented.unavailable_reason)
+    flipped = tuple(flipped_test(p.test, env) for p in instrumented.probes)
+    return CompiledTemplate(
+        source, template, variables, flipped, instrumented.unavailable_reason, instrumented.generation_reason
+    )
 
 
 class _Recorder:
-    """Per-render callbacks the instrumented template calls; each returns a mark or ''."""
+    """Per-render state behind the instrumentation's callbacks; each mark callback returns a
+    mark or ''. Once the first divergent probe is found (or a probe's flipped value is
+    unknown), later probes are not evaluated."""
 
-    __slots__ = ("_message_ids", "deadline", "nonce", "probe_fired")
+    __slots__ = ("_flipped", "_message_ids", "_pending", "deadline", "decided", "nonce", "unknown")
 
-    def __init__(self, messages: Sequence[Any], limits: RenderLimits) -> None:
+    def __init__(self, messages: Sequence[Any], compiled: CompiledTemplate, limits: RenderLimits) -> None:
         self.nonce = _OPEN + secrets.token_hex(6) + ":"
         self._message_ids = {id(m): i for i, m in enumerate(messages)}
+        self._flipped = compiled.flipped
         self.deadline = Deadline(limits)
-        self.probe_fired = False
+        self.decided = compiled.unavailable_reason is not None
+        self.unknown: str | None = None
+        self._pending = False
 
-    def probe(self, test: Any, flipped: Any) -> str:
-        if bool(test) == bool(flipped):
+    def flip(self, site: int, values: tuple[Any, ...]) -> Any:
+        if self.decided:
+            return _SKIP
+        test = self._flipped[site]
+        try:
+            return test.evaluate(values)
+        except Unknown as exc:
+            self.decided = True
+            self.unknown = f"the if-test at template line {test.lineno} can't be re-evaluated safely: {exc}"
+            return _SKIP
+
+    def probe(self, flipped: Any, value: Any) -> bool:
+        truth = bool(value)
+        if flipped is not _SKIP and flipped != truth:
+            self.decided = self._pending = True
+        return truth
+
+    def emit(self) -> str:
+        if not self._pending:
             return ""
-        self.probe_fired = True
+        self._pending = False
         return f"{self.nonce}g{_CLOSE}"
 
     def message(self, site: int, item: Any) -> str:
@@ -144,18 +234,13 @@ def render_text(
 ) -> TextRendering:
     """Render once; ``variables`` are the tokenizer's special tokens plus template kwargs,
     passed as transformers passes them."""
-    variables = dict(variables or {})
-    clash = RESERVED_NAMES.intersection(variables)
-    if clash:
-        raise RequestError(f"reserved name {sorted(clash)[0]!r}", location="template_kwargs")
-    recorder = _Recorder(messages, limits)
+    recorder = _Recorder(messages, compiled, limits)
     context: dict[str, Any] = {
-        **variables,
+        **(variables or {}),
         "messages": messages,
         "tools": tools,
         "documents": documents,
         "add_generation_prompt": add_generation_prompt,
-        RECORDER: recorder,
     }
     if now is not None:
         context["strftime_now"] = fixed_clock(now)
@@ -168,6 +253,7 @@ def _run(
 ) -> str:
     chunks: list[str] = []
     size = 0
+    token = _RECORDER.set(recorder)
     try:
         for chunk in template.generate(context):
             size += len(chunk)
@@ -197,6 +283,8 @@ def _run(
         OverflowError,
     ) as exc:
         raise TemplateRenderError(f"{type(exc).__name__}: {exc}", location=_template_line(exc)) from None
+    finally:
+        _RECORDER.reset(token)
     recorder.deadline.check_time()
     return "".join(chunks)
 
@@ -233,6 +321,8 @@ def _read_marks(raw: str, recorder: _Recorder, compiled: CompiledTemplate, n_mes
 
     if compiled.unavailable_reason is not None:
         input_end, reason = None, compiled.unavailable_reason
+    elif recorder.unknown is not None:
+        input_end, reason = None, recorder.unknown
     elif first_divergence is not None:
         input_end, reason = CharOffset(first_divergence), None
     else:
