@@ -23,6 +23,7 @@ import gc
 import time
 
 from boundary.cache import CacheConfig, geometry_for_unit
+from boundary.cache.retention import engine_geometry
 from boundary.experiment.arrivals import interleave
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.policies import policy
@@ -89,6 +90,7 @@ def main() -> None:
                 oracle,
                 budget=BudgetMode.EQUAL_CAPACITY,
                 events=events,
+                geometry=engine_geometry(geometry),
             )
             per = run.wall_seconds / len(stream) * 1e6
             base.setdefault(name, per)

@@ -35,6 +35,17 @@ class Rendering:
     Invariants: ``text`` is exactly what transformers renders and ``token_ids`` exactly what
     it tokenizes; ``p_end == len(token_ids)``; when found, ``u_end <= p_end`` and
     ``token_ids[:u_end]`` decodes to a prefix of ``text[:input_end.char]``.
+
+    With ``continue_final_message`` (a prefilled final message the model continues), the text
+    ends where transformers cuts it, after the final message's content, so P_end is the end
+    of the prefilled content; U_end is where the template's message loop began that final
+    message (``message_starts[-1]``, from the same render), never beyond where the
+    generation-prompt probe found the history to end, floored to a token boundary. It is
+    UNAVAILABLE, with a reason, when the loop never began the final message or the probe
+    found nothing.
+
+    ``ignored_template_kwargs`` names the template kwargs that were dropped because the
+    template never reads them (as vLLM drops them), in the order given.
     """
 
     text: str
@@ -43,6 +54,7 @@ class Rendering:
     message_starts: tuple[CharOffset | None, ...] = ()
     generation_spans: tuple[Span, ...] = ()
     token_map: TokenMap = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    ignored_template_kwargs: tuple[str, ...] = ()
 
     @property
     def u_end(self) -> TokenOffset | None:

@@ -1,43 +1,262 @@
-"""Encoding text as segments cut at added tokens.
+"""Encoding text as segments cut at added tokens, and where an encoder may be cut.
 
-Both tokenizers and tiktoken first split text at added (control) tokens and encode each
-piece between them on its own, so every start and end of an added token is a *hard cut*:
-the ids before it do not depend on anything after it. ``SegmentEncoder`` makes that split
-explicit. It encodes the plain segments with tiktoken (for vocabularies that are BPE rank
-files; about ten times faster than ``tokenizers`` on one core) and records every cut as a
-``(char, token)`` pair, which serves two purposes:
+Both ``tokenizers`` and tiktoken first split text at added (control) tokens and encode each
+piece between them on its own. A *safe cut* is a ``(char, token)`` position of an encoding
+of a text ``T`` (ids ``I``) such that, ``L = CutRule.lookahead``:
 
-- char -> token mapping without per-token offsets (``CutTokenMap``): a position on a cut maps
-  directly; any other position is resolved by encoding just its segment with offsets;
-- session reuse (``boundary.session``): a previous request's ids can be kept up to any cut
-  that lies safely inside the text both requests share.
+- left independence: ``encode(T[:char]) == I[:token]``;
+- right independence: when ``char + L <= len(T)``, for every text ``T2`` that starts with
+  ``T[:char + L]``, ``encode(T2) == I[:token] + encode(T2[char:])``;
+- the text between two safe cuts encodes on its own to the ids between them.
 
-``SegmentEncoder`` is only built where it is provably the same as the ``tokenizers`` path:
-a converted rank file, added tokens matched verbatim (no lstrip/rstrip/single-word rules,
-not normalized), NFC applied per segment as the ``tokenizers`` normalizer does. The tests
-check identity on a corpus and on every request of the tau-bench replay.
+Sessions (``boundary.session``) keep a previous request's ids up to a safe cut; the map from
+chars to tokens (``CutTokenMap``) encodes just the segment between two safe cuts.
+
+Which added-token boundaries are safe is a property of the encoder, decided by ``cut_rule``
+from its components (``tokenizers``' added-vocabulary split, then per piece: normalizer,
+pre-tokenizer, model). The rule, conservative wherever a case is not proven:
+
+- no safe cut at all when the model is not BPE (without dropout) / Unigram / WordLevel /
+  WordPiece, a pre-tokenizer is not one known to work piece by piece, truncation or padding
+  is on, special tokens are encoded as text, any added token is ``single_word`` (its match
+  depends on the character before it), or a token strips whitespace on its right while
+  another added token starts with whitespace (their matches may overlap);
+- only added tokens matched before normalization (``normalized=False``) give cuts when there
+  is a normalizer: a normalized token is matched inside a normalized piece, and a normalizer
+  need not commute with cutting that piece (``Prepend``, ``Strip``, NFC across the cut, ...)
+  nor keep a bounded lookahead (characters it deletes); no normalizer is trusted to be
+  per-character safe here. With no normalizer, or one that is provably the identity (an
+  empty ``Sequence``), every added token gives cuts;
+- the start of an added token is a safe cut unless it strips whitespace on its left
+  (``lstrip``: its match reaches back over a whitespace run of any length);
+- the end of an added token is a safe cut unless the pre-tokenizer is ``Metaspace`` with
+  ``prepend_scheme="first"`` (the first piece of a text gets a "▁", a piece after an added
+  token does not, so text after the cut encodes differently on its own);
+- ``L`` is the longest added token: a leftmost-longest match is decided within that many
+  characters of its start, and the end of an ``rstrip`` token's whitespace run (the cut)
+  by the first character after it, which ``L >= 1`` keeps shared. ``L`` is doubled when
+  tokens matched after the first split give cuts: the end of their piece is itself a match
+  decided up to one token length further.
+
+Every other pre-tokenizer, normalizer and model works on one piece at a time, never seeing
+where the piece lies in the text, so pieces between cuts encode the same alone.
+``CutRule.cuts`` reads the cuts off an encoding and keeps an added token only where its
+offsets span exactly its content (plus stripped whitespace; for ``rstrip``, up to a
+non-whitespace character), so a model-produced id or trimmed offsets never yield a cut.
+
+``SegmentEncoder`` is the fast path for vocabularies that are BPE rank files: every added-
+token boundary safe, added tokens matched verbatim; plain segments are encoded with tiktoken
+(about ten times faster than ``tokenizers`` on one core) after the vocabulary's own
+normalizer (``tokenizers``' NFC, whose Unicode tables differ from Python's ``unicodedata``),
+skipped on ASCII segments, which NFC leaves unchanged. The tests check identity on a corpus
+and on every request of the tau-bench replay.
 """
 
 from __future__ import annotations
 
+import json
 import re
-import unicodedata
 from bisect import bisect_right
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+import tokenizers
+
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
+
+# Pre-tokenizers that split and rewrite each piece on its own, wherever the piece lies.
+_PIECEWISE_PRE_TOKENIZERS = frozenset(
+    {
+        "BertPreTokenizer",
+        "ByteLevel",
+        "CharDelimiterSplit",
+        "Digits",
+        "FixedLength",
+        "Metaspace",
+        "Punctuation",
+        "Split",
+        "UnicodeScripts",
+        "Whitespace",
+        "WhitespaceSplit",
+    }
+)
+_PIECEWISE_MODELS = frozenset({"BPE", "Unigram", "WordLevel", "WordPiece"})
 
 
 @dataclass(frozen=True, slots=True)
 class Cut:
-    """A hard cut: ``tokens[:token]`` encode exactly ``text[:char]``, whatever follows."""
+    """A safe cut: ``tokens[:token]`` encode exactly ``text[:char]``, and the text from ``char``
+    on encodes on its own, whatever follows ``char + lookahead`` (see the module docstring)."""
 
     char: int
     token: int
+
+
+@dataclass(frozen=True, slots=True)
+class AddedSpan:
+    """How an added token's span looks in the text: its content, plus any whitespace run it
+    strips on the left / right."""
+
+    content: str
+    lstrip: bool = False
+    rstrip: bool = False
+
+    def spans(self, text: str, start: int, end: int) -> bool:
+        """Whether ``text[start:end]`` is exactly this token's match (``end`` the true end of an
+        ``rstrip`` run: the text ends there or a non-whitespace character follows)."""
+        core = text[start:end]
+        if self.lstrip:
+            core = core.lstrip()
+        if self.rstrip:
+            core = core.rstrip()
+            if end < len(text) and text[end].isspace():
+                return False
+        return core == self.content
+
+
+@dataclass(frozen=True, slots=True)
+class CutRule:
+    """Which added-token boundaries of one encoder are safe cuts.
+
+    ``starts`` / ``ends``: ids of added tokens whose start / end is a safe cut; a cut holds
+    in another text only if it shares ``lookahead`` characters past the cut. ``reason``
+    says, in words, what the encoder allows and why.
+    """
+
+    starts: frozenset[int]
+    ends: frozenset[int]
+    lookahead: int
+    reason: str
+    spans: Mapping[int, AddedSpan] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def none(cls, reason: str) -> CutRule:
+        """No safe cut: every encode is a full encode."""
+        return cls(frozenset(), frozenset(), 0, reason)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.starts or self.ends)
+
+    def every_boundary(self, ids: frozenset[int]) -> bool:
+        """True when the start and end of every token in ``ids`` is a safe cut."""
+        return ids <= self.starts and ids <= self.ends
+
+    def cuts(
+        self, text: str, ids: list[int], token_chars: Callable[[int], tuple[int, int] | None]
+    ) -> list[Cut]:
+        """The safe cuts of ``ids`` (an encoding of ``text``), in order; ``token_chars(i)``
+        gives token ``i``'s char span."""
+        if not self.any:
+            return []
+        eligible = self.starts | self.ends
+        out: list[Cut] = []
+        for i, token_id in enumerate(ids):
+            if token_id not in eligible:
+                continue
+            chars = token_chars(i)
+            if chars is None or not self.spans[token_id].spans(text, *chars):
+                continue
+            start, end = chars
+            if token_id in self.starts and (not out or out[-1].char != start):
+                out.append(Cut(start, i))
+            if token_id in self.ends:
+                out.append(Cut(end, i + 1))
+        return out
+
+
+def cut_rule(backend: tokenizers.Tokenizer) -> CutRule:
+    """The safe cuts of ``backend``'s encodings, read from its components (module docstring)."""
+    model = type(backend.model).__name__
+    if model not in _PIECEWISE_MODELS:
+        return CutRule.none(f"model {model} is not known to encode piece by piece")
+    if getattr(backend.model, "dropout", None):
+        return CutRule.none("BPE dropout makes every encoding random")
+    if backend.truncation is not None or backend.padding is not None:
+        return CutRule.none("truncation or padding is on")
+    if backend.encode_special_tokens:
+        return CutRule.none("special tokens are encoded as text")
+    try:
+        pre = _pre_tokenizer_kinds(backend.pre_tokenizer)
+    except Exception:  # a custom (Python) pre-tokenizer cannot be serialized
+        return CutRule.none("the pre-tokenizer cannot be inspected")
+    unknown = pre - _PIECEWISE_PRE_TOKENIZERS - {"Metaspace:first"}
+    if unknown:
+        return CutRule.none(f"pre-tokenizer {', '.join(sorted(unknown))} is not known to work piece by piece")
+    added = backend.get_added_tokens_decoder()
+    if not added:
+        return CutRule.none("no added tokens")
+    if any(t.single_word for t in added.values()):
+        return CutRule.none("a single_word added token matches depending on the character before it")
+    rstrip = any(t.rstrip for t in added.values())
+    if rstrip and any(t.content[:1].isspace() for t in added.values()):
+        return CutRule.none("an rstrip token's whitespace run may overlap a token starting with whitespace")
+    has_normalizer = not _is_identity(backend.normalizer)
+    eligible = {i: t for i, t in added.items() if not (has_normalizer and t.normalized)}
+    if not eligible:
+        return CutRule.none("every added token is matched after normalization")
+    first_only = "Metaspace:first" in pre
+    starts = frozenset(i for i, t in eligible.items() if not t.lstrip)
+    ends = frozenset() if first_only else frozenset(eligible)
+    longest = max(len(t.content) for t in added.values())
+    # cuts at tokens matched in the second pass, inside a piece the first pass delimits
+    two_passes = any(t.normalized for t in eligible.values()) and not all(
+        t.normalized for t in added.values()
+    )
+    lookahead = longest * (2 if two_passes else 1)
+    notes = []
+    if len(eligible) < len(added):
+        notes.append("normalized tokens give no cut")
+    if len(starts) < len(eligible):
+        notes.append("lstrip tokens give no start cut")
+    if first_only:
+        notes.append('Metaspace prepend_scheme="first": no end cuts')
+    return CutRule(
+        starts,
+        ends,
+        lookahead,
+        "; ".join(notes) or "every added-token boundary",
+        {i: AddedSpan(t.content, t.lstrip, t.rstrip) for i, t in eligible.items()},
+    )
+
+
+def _is_identity(normalizer: Any) -> bool:
+    """True for no normalizer, or one provably the identity: a ``Sequence`` of such (empty
+    included, as DeepSeek's tokenizer.json has)."""
+    if normalizer is None:
+        return True
+    try:
+        stack = [json.loads(normalizer.__getstate__())]
+    except Exception:  # a custom (Python) normalizer cannot be serialized
+        return False
+    while stack:
+        node = stack.pop()
+        if node.get("type") != "Sequence":
+            return False
+        stack.extend(node.get("normalizers", []))
+    return True
+
+
+def _pre_tokenizer_kinds(pre_tokenizer: Any) -> set[str]:
+    """The pre-tokenizer types in ``pre_tokenizer`` (a Sequence flattened); a Metaspace that
+    prepends "▁" to the first piece only is ``Metaspace:first``."""
+    if pre_tokenizer is None:
+        return set()
+    kinds: set[str] = set()
+    stack = [json.loads(pre_tokenizer.__getstate__())]
+    while stack:
+        node = stack.pop()
+        kind = node.get("type")
+        if kind == "Sequence":
+            stack.extend(node.get("pretokenizers", []))
+        elif kind == "Metaspace" and node.get("prepend_scheme", "always") == "first":
+            kinds.add("Metaspace:first")
+        else:
+            kinds.add(str(kind))
+    return kinds
 
 
 def added_token_pattern(tokens: Mapping[str, int]) -> re.Pattern[str]:
@@ -58,21 +277,33 @@ def _tiktoken_encoding(rank_file: str, pattern: str) -> Any:
 
 
 class SegmentEncoder:
-    """Encodes text as added tokens plus tiktoken-encoded plain segments, recording cuts."""
+    """Encodes text as added tokens plus tiktoken-encoded plain segments, recording a cut at
+    every added-token boundary (only built for encoders whose every such boundary is safe).
 
-    __slots__ = ("_added", "_nfc", "_pattern", "_pattern_str", "_rank_file", "max_added_len")
+    ``normalize``: the vocabulary's normalizer, applied to each non-ASCII segment; it must
+    leave ASCII text unchanged (NFC does).
+    """
 
-    def __init__(self, rank_file: Path, pattern: str, added_tokens: Mapping[str, int], *, nfc: bool) -> None:
+    __slots__ = ("_added", "_normalize", "_pattern", "_pattern_str", "_rank_file", "max_added_len")
+
+    def __init__(
+        self,
+        rank_file: Path,
+        pattern: str,
+        added_tokens: Mapping[str, int],
+        *,
+        normalize: Callable[[str], str] | None,
+    ) -> None:
         self._rank_file = str(rank_file)
         self._pattern_str = pattern
         self._added = dict(added_tokens)
         self._pattern = added_token_pattern(self._added)
-        self._nfc = nfc
+        self._normalize = normalize
         self.max_added_len = max((len(t) for t in self._added), default=0)
 
     def encode(self, text: str) -> tuple[list[int], list[Cut]]:
         bpe = _tiktoken_encoding(self._rank_file, self._pattern_str).encode_ordinary
-        nfc = self._nfc
+        normalize = self._normalize
         ids: list[int] = []
         cuts: list[Cut] = []
         pos = 0
@@ -80,14 +311,14 @@ class SegmentEncoder:
             start = match.start()
             if start > pos:
                 segment = text[pos:start]
-                ids.extend(bpe(unicodedata.normalize("NFC", segment) if nfc else segment))
+                ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
             cuts.append(Cut(start, len(ids)))
             ids.append(self._added[match.group()])
             pos = match.end()
             cuts.append(Cut(pos, len(ids)))
         if pos < len(text):
             segment = text[pos:]
-            ids.extend(bpe(unicodedata.normalize("NFC", segment) if nfc else segment))
+            ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
         return ids, cuts
 
 

@@ -12,6 +12,7 @@ import hashlib
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -26,11 +27,13 @@ from boundary.boundaries import (
     encode_rendering_sanitized,
     mark_control_tokens,
 )
-from boundary.errors import RequestError, TemplateLoadError
+from boundary.errors import RequestError, TemplateLoadError, TemplateRenderError
+from boundary.offsets import CharOffset, Span
 from boundary.protocol import (
     ArgumentsForm,
     Message,
     Tool,
+    check_value,
     parse_messages,
     parse_tools,
     to_template_messages,
@@ -63,6 +66,12 @@ class OutputSpec(_Spec):
     after_tool_calls: str | None = None  # after the last tool call, before the stop token
     before_stop: str = ""  # after a plain answer, before the stop token
     stop_token: str | None = None  # the token that ends a turn (default: the first of stop_tokens)
+    # The vLLM 0.33.0 parser pair the family's reader mirrors (``--tool-call-parser`` /
+    # ``--reasoning-parser``); None where vLLM has no parser for that part.
+    vllm_tool_parser: str | None = None
+    vllm_reasoning_parser: str | None = None
+    # Who reads generated turns: boundary's own readers, or vLLM's parsers (needs vllm installed).
+    parser_backend: Literal["boundary", "vllm"] = "boundary"
 
 
 class TemplateVariant(_Spec):
@@ -76,6 +85,7 @@ class TemplateVariant(_Spec):
     models: list[str] = []
     tool_call_format: str | None = None  # overrides the family's for this variant
     output: OutputSpec | None = None  # overrides the family's for this variant
+    tool_arguments: ArgumentsForm | None = None  # overrides the family's for this variant
 
 
 class TemplateKwarg(_Spec):
@@ -271,10 +281,13 @@ class Family:
         limits: RenderLimits = DEFAULT_LIMITS,
         **spec_fields: Any,
     ) -> Family:
-        """A family from a template string and any HF tokenizer (see ``Tokenizer.from_any``)."""
+        """A family from a template string and any HF tokenizer (see ``Tokenizer.from_any``).
+
+        ``special_tokens`` override the tokenizer's own in a new ``Tokenizer``; the tokenizer
+        given (perhaps a shipped family's, which other families share) is never changed."""
         tok = Tokenizer.from_any(tokenizer, special_tokens=special_tokens)
-        if special_tokens:
-            tok.special_tokens_map.update(special_tokens)
+        if special_tokens:  # a new Tokenizer: the one given (perhaps a shipped, shared one) is kept as is
+            tok = tok.with_special_tokens(special_tokens)
         spec = FamilySpec(
             name=name,
             display_name=spec_fields.pop("display_name", name),
@@ -320,46 +333,79 @@ class Family:
         tools: Sequence[Mapping[str, Any] | Tool] | None = None,
         *,
         arguments: ArgumentsForm | None = None,
+        variant: str | None = None,
+        strict_request: bool = False,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-        """Validate a request and normalize it into the dicts this family's templates read."""
-        return self.normalize(parse_messages(messages), arguments), to_template_tools(parse_tools(tools))
+        """Validate a request and normalize it into the dicts ``variant``'s template reads.
+        ``strict_request`` refuses fields and content part types outside the OpenAI schema."""
+        parsed = parse_messages(messages, strict=strict_request)
+        template_tools = to_template_tools(parse_tools(tools, strict=strict_request))
+        return self.normalize(parsed, arguments, variant=variant), template_tools
 
     def normalize(
-        self, messages: Sequence[Message], arguments: ArgumentsForm | None = None
+        self,
+        messages: Sequence[Message],
+        arguments: ArgumentsForm | None = None,
+        *,
+        variant: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Validated messages as the dicts this family's templates read."""
+        """Validated messages as the dicts this family's templates read (``to_template_messages``;
+        tool-call arguments in ``arguments`` form, default ``tool_arguments(variant)``). A family
+        whose templates read text only (``content_parts = "join"``) gets the text parts joined."""
         template_messages = to_template_messages(
             messages,
             reasoning_field=self.spec.reasoning_field,
-            arguments=arguments or self.spec.tool_arguments,
+            arguments=arguments or self.tool_arguments(variant),
         )
         if self.spec.content_parts == "join":
             for m in template_messages:
                 if isinstance(m.get("content"), list):
-                    m["content"] = "\n".join(part["text"] for part in m["content"])
+                    m["content"] = "\n".join(p["text"] for p in m["content"] if p.get("type") == "text")
         return template_messages
+
+    def tool_arguments(self, variant: str | None = None) -> ArgumentsForm:
+        """How ``variant``'s template wants tool-call arguments: the variant's own
+        ``tool_arguments`` where its spec sets one, else the family's."""
+        name = variant or self.default_variant
+        for v in self.spec.variants:
+            if v.name == name and v.tool_arguments is not None:
+                return v.tool_arguments
+        return self.spec.tool_arguments
 
     def render(
         self,
         messages: Sequence[Mapping[str, Any] | Message],
         tools: Sequence[Mapping[str, Any] | Tool] | None = None,
-        add_generation_prompt: bool = True,
+        add_generation_prompt: bool | None = None,
         *,
         variant: str | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,
         sanitize_control_tokens: bool = False,
         arguments: ArgumentsForm | None = None,
         now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_request: bool = False,
+        strict_template_kwargs: bool = False,
         **template_kwargs: Any,
     ) -> Rendering:
         """Render one request in a single pass.
 
-        ``template_kwargs`` are checked against what the template reads; ``now`` pins
-        ``strftime_now`` for date-stamped templates; ``arguments`` chooses whether tool-call
-        arguments reach the template as objects or as the JSON text the client sent
-        (default: the family's ``tool_arguments``).
+        ``template_kwargs`` the template never reads are dropped, as vLLM drops them, and named
+        in ``Rendering.ignored_template_kwargs`` (``strict_template_kwargs=True`` refuses them
+        instead); ``now`` pins ``strftime_now`` for date-stamped templates; ``arguments``
+        chooses whether tool-call arguments reach the template as objects or as the JSON text
+        the client sent (default: ``tool_arguments(variant)``); ``strict_request`` refuses
+        fields outside the OpenAI chat schema.
+
+        ``continue_final_message`` (True for the content, or the name of the field to
+        continue, as in transformers) renders the final message open for the model to
+        continue: the text is cut after its content exactly as transformers cuts it, and
+        U_end / P_end are as ``Rendering`` documents. ``add_generation_prompt`` defaults to
+        ``not continue_final_message``; asking for both is a ``RequestError``.
         """
-        template_messages, template_tools = self.prepare(messages, tools, arguments=arguments)
+        template_messages, template_tools = self.prepare(
+            messages, tools, arguments=arguments, variant=variant, strict_request=strict_request
+        )
         return self.render_prepared(
             template_messages,
             template_tools,
@@ -368,6 +414,8 @@ class Family:
             documents=documents,
             sanitize_control_tokens=sanitize_control_tokens,
             now=now,
+            continue_final_message=continue_final_message,
+            strict_template_kwargs=strict_template_kwargs,
             **template_kwargs,
         )
 
@@ -375,12 +423,14 @@ class Family:
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
+        add_generation_prompt: bool | None = None,
         *,
         variant: str | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,
         sanitize_control_tokens: bool = False,
         now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_template_kwargs: bool = False,
         **template_kwargs: Any,
     ) -> Rendering:
         """``render`` for messages already validated and normalized by ``prepare``."""
@@ -393,41 +443,70 @@ class Family:
             documents=documents,
             control_pattern=pattern,
             now=now,
+            continue_final_message=continue_final_message,
+            strict_template_kwargs=strict_template_kwargs,
             **template_kwargs,
         )
         if pattern is None:
-            return encode_rendering(rendered, self.tokenizer)
-        return encode_rendering_sanitized(rendered, self.tokenizer, pattern)
+            result = encode_rendering(rendered, self.tokenizer)
+        else:
+            result = encode_rendering_sanitized(rendered, self.tokenizer, pattern)
+        _, ignored = self.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs)
+        return replace(result, ignored_template_kwargs=ignored) if ignored else result
 
     def render_text(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool = True,
+        add_generation_prompt: bool | None = None,
         *,
         variant: str | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,
         control_pattern: re.Pattern[str] | None = None,
         now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_template_kwargs: bool = False,
         **template_kwargs: Any,
     ) -> TextRendering:
         """The render stage alone: text and char positions, no tokens. With ``control_pattern``
-        (sanitizing), control tokens in the inputs come back wrapped in markers."""
-        compiled = compile_template(self.template(variant), self.limits)
-        self._check_kwargs(template_kwargs, compiled.variables)
+        (sanitizing), control tokens in the inputs come back wrapped in markers. With
+        ``continue_final_message`` the text ends after the final message's content and
+        ``input_end`` is that message's start (see ``Rendering``)."""
+        source = self.template(variant)
+        compiled = compile_template(source, self.limits)
+        kwargs, _ = self._check_kwargs(template_kwargs, compiled.variables, strict=strict_template_kwargs)
+        generation_prompt = _generation_prompt(add_generation_prompt, continue_final_message)
+        for i, document in enumerate(documents or ()):
+            check_value(document, f"documents[{i}]")
         if control_pattern is not None:
             messages = mark_control_tokens(messages, control_pattern)
             tools = mark_control_tokens(tools, control_pattern)
             documents = mark_control_tokens(documents, control_pattern)
-        return render_text(
+        final: str | None = None
+        if continue_final_message:
+            messages, final = _open_final_message(messages, continue_final_message, source)
+        rendered = render_text(
             compiled,
             messages,
             tools=tools,
             documents=documents,
-            add_generation_prompt=add_generation_prompt,
-            variables={**self.tokenizer.special_tokens_map, **template_kwargs},
+            add_generation_prompt=generation_prompt,
+            variables={**self.tokenizer.special_tokens_map, **kwargs},
             now=now,
             limits=self.limits,
+        )
+        return rendered if final is None else _cut_after_final_message(rendered, final)
+
+    def resolve_template_kwargs(
+        self, kwargs: Mapping[str, Any], variant: str | None = None, *, strict: bool = False
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """The template kwargs ``variant``'s template receives (checked) and the names of those
+        it drops, as ``vllm.renderers.hf.resolve_chat_template_kwargs`` decides: a kwarg
+        reaches the template only if the template reads it (an undeclared variable of its
+        Jinja AST). ``strict`` refuses, instead of dropping, a kwarg that is neither read
+        nor declared by the family nor a special token (the behaviour before leniency)."""
+        return self._check_kwargs(
+            kwargs, compile_template(self.template(variant), self.limits).variables, strict=strict
         )
 
     def session(self) -> Session:
@@ -463,17 +542,156 @@ class Family:
             )
         return self._control_patterns[key]
 
-    def _check_kwargs(self, kwargs: Mapping[str, Any], reads: frozenset[str]) -> None:
+    def _check_kwargs(
+        self, kwargs: Mapping[str, Any], reads: frozenset[str], *, strict: bool = False
+    ) -> tuple[dict[str, Any], tuple[str, ...]]:
+        """Split ``kwargs`` into those passed to a template that reads ``reads`` and the names
+        dropped (see ``resolve_template_kwargs``). ``chat_template`` / ``tokenize`` are refused
+        as vLLM refuses them; apply_chat_template's own options never reach the template and
+        are refused where they would change the ids; a declared kwarg of the wrong type, or a
+        value past the request limits, is a ``RequestError``."""
+        kept: dict[str, Any] = {}
+        ignored: list[str] = []
         for key, value in kwargs.items():
+            where = f"template_kwargs.{key}"
             declared = self.spec.template_kwargs.get(key)
-            if declared is None and key not in reads and key not in self.tokenizer.special_tokens_map:
-                raise RequestError(
-                    f"the {self.name} template does not read this variable", location=f"template_kwargs.{key}"
-                )
-            if declared is not None and value is not None:
+            if key in _REFUSED_KWARGS:
+                raise RequestError("not a template variable; a request may not set it", location=where)
+            if key in _APPLY_OPTIONS:
+                if value and key not in _IDS_UNCHANGED:
+                    raise RequestError(
+                        "an apply_chat_template option that changes the ids; not supported", location=where
+                    )
+                ignored.append(key)
+                continue
+            if (
+                strict
+                and declared is None
+                and key not in reads
+                and key not in self.tokenizer.special_tokens_map
+            ):
+                raise RequestError(f"the {self.name} template does not read this variable", location=where)
+            if declared is not None and value is not None and (strict or key in reads):
                 expected = {"bool": bool, "str": str, "int": int}[declared.type]
                 if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                     raise RequestError(
-                        f"expected {declared.type}, got {type(value).__name__}",
-                        location=f"template_kwargs.{key}",
+                        f"expected {declared.type}, got {type(value).__name__}", location=where
                     )
+            if key not in reads:
+                ignored.append(key)
+                continue
+            check_value(value, where)
+            kept[key] = value
+        return kept, tuple(ignored)
+
+
+# -- template kwargs ------------------------------------------------------------------------------
+# vLLM refuses these in a request's chat_template_kwargs (resolve_chat_template_kwargs).
+_REFUSED_KWARGS = frozenset({"chat_template", "tokenize"})
+# apply_chat_template's own parameters: consumed by it, never passed to the template.
+_APPLY_OPTIONS = frozenset(
+    {
+        "conversation",
+        "padding",
+        "truncation",
+        "max_length",
+        "return_tensors",
+        "return_dict",
+        "return_assistant_tokens_mask",
+        "tokenizer_kwargs",
+    }
+)
+_IDS_UNCHANGED = frozenset({"return_tensors", "return_dict", "return_assistant_tokens_mask"})
+
+
+# -- continue_final_message -----------------------------------------------------------------------
+# As transformers' render_jinja_template does it: the final message's text gets a tag appended,
+# the chat is rendered, and the text is cut where the tag begins.
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def _generation_prompt(add_generation_prompt: bool | None, continue_final_message: bool | str) -> bool:
+    """``add_generation_prompt`` as given, or by default ``not continue_final_message``."""
+    if add_generation_prompt is None:
+        return not continue_final_message
+    if add_generation_prompt and continue_final_message:
+        raise RequestError(
+            "continue_final_message and add_generation_prompt are not compatible: continue the final "
+            "message, or prompt a new assistant message",
+            location="continue_final_message",
+        )
+    return add_generation_prompt
+
+
+def _open_final_message(
+    messages: Sequence[Mapping[str, Any]], continue_final_message: bool | str, source: str
+) -> tuple[list[Mapping[str, Any]], str]:
+    """The messages with the tag after the final message's text (the last text part of a list),
+    and that text; the given messages are not modified. Refuses what transformers refuses."""
+    field = continue_final_message if isinstance(continue_final_message, str) else "content"
+    if not messages:
+        raise RequestError("continue_final_message: there is no final message", location="messages")
+    where = f"messages[{len(messages) - 1}].{field}"
+    last = dict(messages[-1])
+    value = last.get(field)
+    if value is None:
+        raise RequestError(
+            f"continue_final_message: the final message has no {field!r} to continue", location=where
+        )
+    if field not in source:
+        raise RequestError(
+            f"continue_final_message: the chat template never mentions {field!r}",
+            location="continue_final_message",
+        )
+    if isinstance(value, (list, tuple)):
+        parts = [dict(p) if isinstance(p, Mapping) else p for p in value]
+        for part in reversed(parts):
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                final = part["text"]
+                part["text"] = final + _CONTINUE_TAG
+                break
+        else:
+            raise RequestError(
+                "continue_final_message: the final message has no text part to continue", location=where
+            )
+        last[field] = parts
+    elif isinstance(value, str):
+        final = value
+        last[field] = value + _CONTINUE_TAG
+    else:
+        raise RequestError(
+            f"continue_final_message: expected text, got {type(value).__name__}", location=where
+        )
+    return [*messages[:-1], last], final
+
+
+def _cut_after_final_message(rendered: TextRendering, final: str) -> TextRendering:
+    """``rendered`` cut where transformers cuts it (at the tag; before trailing whitespace if the
+    template trimmed the tag's space), with ``input_end`` moved to the final message's start,
+    never beyond the generation-prompt probe's position."""
+    text = rendered.text
+    tag = _CONTINUE_TAG.strip()
+    if final.strip() not in text or tag not in text:
+        raise TemplateRenderError(
+            "continue_final_message: the template drops part of the final message, so it cannot be continued",
+            location="template",
+        )
+    at = text.rindex(tag)
+    cut_text = text[:at] if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG else text[:at].rstrip()
+    cut = len(cut_text)
+    start = rendered.message_starts[-1] if rendered.message_starts else None
+    if rendered.input_end is None:
+        input_end, reason = None, rendered.input_end_reason
+    elif start is None:
+        input_end = None
+        reason = (
+            "the template's message loop never began the final message, "
+            "so where the continued message starts is unknown"
+        )
+    else:
+        input_end, reason = CharOffset(min(start, rendered.input_end, cut)), None
+    starts = tuple(s if s is None or s <= cut else None for s in rendered.message_starts)
+    spans = tuple(
+        Span(s.start, CharOffset(min(s.end, cut))) for s in rendered.generation_spans if s.start < cut
+    )
+    return TextRendering(cut_text, input_end, reason, starts, spans)

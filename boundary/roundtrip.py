@@ -3,9 +3,12 @@
 ``verify_round_trip`` renders the request, reads the generated ids back into the assistant
 message a frontend appends, and compares ``prompt + generated`` with the next request: the
 one given, or, without it, the continuations that matter (a tool result when the turn calls
-tools, a new user message). For each it reports the logical D_end, whether it round-trips,
-the first divergent token and its cause, and the deepest reusable checkpoint among P_end,
-U_end and D_end materialized for a ``prefix_match_unit``.
+tools, a new user message). A probed continuation the template rejects (Mistral lets a user
+message follow tool results only after an assistant answer) is listed in ``skipped`` with
+the reason, and the final answer stands in for it. For each continuation it reports the
+logical D_end, whether it round-trips, the first divergent token and its cause, and the
+deepest reusable checkpoint among P_end, U_end and D_end materialized for a
+``prefix_match_unit``.
 
 D_end counts committed generated tokens only; a trailing run of stop/control tokens is kept
 exactly as far as the next rendering reproduces it (gpt-oss writes ``<|end|>`` where the model
@@ -25,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind
+from boundary.errors import TemplateRenderError
 from boundary.offsets import BoundaryStatus
 from boundary.outputs import GeneratedOutput, ParsedOutput, RegionKind, output_format, parse_output
 from boundary.outputs.model import OutputStatus
@@ -125,6 +129,9 @@ class RoundTrip:
     parsed: ParsedOutput
     prompt: Rendering = field(repr=False, compare=False)
     generated: list[int] = field(repr=False, compare=False)
+    # probed continuations the template rejects (Mistral's role rule), each with its reason;
+    # the verdict above comes from the probes that remain
+    skipped: tuple[tuple[Continuation, str], ...] = ()
 
     def probe(self, continuation: Continuation) -> ContinuationCheck | None:
         return next((p for p in self.probes if p.continuation == continuation), None)
@@ -480,12 +487,28 @@ def verify_round_trip(
             roles=roles,
         )
 
+    skipped: list[tuple[Continuation, str]] = []
     if next_messages is not None:
         checks = [probe("given", next_messages, next_tools if next_tools is not None else tools)]
     else:
-        wanted: list[Continuation] = ["tool_result", "new_user"] if parsed.tool_calls else ["new_user"]
+        wanted: list[Continuation] = (
+            ["tool_result", "new_user", "final_answer"] if parsed.tool_calls else ["new_user"]
+        )
         appended = _appended(parsed, habits)
-        checks = [probe(c, continuation_messages(messages, appended, c), tools) for c in wanted]
+        checks = []
+        for c in wanted:
+            try:
+                checks.append(probe(c, continuation_messages(messages, appended, c), tools))
+            except TemplateRenderError as exc:  # the template's own rule rejects this continuation
+                skipped.append((c, f"the template rejects it: {exc}"))
+                continue
+            if c == "new_user":
+                break  # the final answer only stands in for a rejected new user message
+        if not checks:
+            raise TemplateRenderError(
+                "the template rejects every probed continuation: "
+                + "; ".join(f"{c}: {why}" for c, why in skipped)
+            )
     main = checks[0]
     return RoundTrip(
         d_end=main.d_end,
@@ -502,6 +525,7 @@ def verify_round_trip(
         parsed=parsed,
         prompt=prompt,
         generated=ids,
+        skipped=tuple(skipped),
     )
 
 

@@ -4,10 +4,12 @@ A serving frontend renders every turn of a conversation, and each request repeat
 history. ``Session.render`` gives exactly what ``Family.render`` gives for the same request,
 but only validates the messages it has not seen and only tokenizes the text after the last
 point where (a) the new text agrees with the previous request's text and (b) the token
-stream is provably cut there: a hard cut at an added token (``boundary.encoding``) lying at
-least ``max_added_len`` characters inside the shared text, so no added-token match can
-straddle it. Templates that rewrite history (dropping earlier reasoning, injecting a date or
-a default system prompt) simply move that point back to where the texts first differ.
+stream is provably cut there: a safe cut that the tokenizer's encoder itself declares
+(``Tokenizer.cut_rule``, rule in ``boundary.encoding``) lying at least ``lookahead``
+characters inside the shared text. An encoder that declares no safe cut (for instance one
+whose added tokens strip any run of whitespace) is simply encoded in full every turn.
+Templates that rewrite history (dropping earlier reasoning, injecting a date or a default
+system prompt) simply move that point back to where the texts first differ.
 
 The Jinja render itself is repeated every turn: it is the only way to know the exact text.
 
@@ -20,7 +22,7 @@ import copy
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,7 @@ from pydantic import BaseModel
 
 from boundary.boundaries import Rendering, assemble
 from boundary.encoding import Cut, CutTokenMap
+from boundary.offsets import TokenMap
 from boundary.prefixes import common_prefix_length
 from boundary.protocol import (
     ArgumentsForm,
@@ -68,7 +71,7 @@ class Session:
         self.stats = SessionStats()
         self._seen: list[Any] = []  # copies of the messages last given
         self._normalized: list[dict[str, Any]] = []
-        self._arguments: ArgumentsForm | None = None
+        self._arguments: tuple[ArgumentsForm, bool] | None = None  # the normalization the cache holds
         self._tools_raw: Any = _UNSET
         self._tools: list[dict[str, Any]] | None = None
         self._text = ""
@@ -79,21 +82,28 @@ class Session:
         self,
         messages: Sequence[Mapping[str, Any] | Message],
         tools: Sequence[Mapping[str, Any] | Tool] | None = None,
-        add_generation_prompt: bool = True,
+        add_generation_prompt: bool | None = None,
         *,
         variant: str | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,
         sanitize_control_tokens: bool = False,
         arguments: ArgumentsForm | None = None,
         now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_request: bool = False,
+        strict_template_kwargs: bool = False,
         **template_kwargs: Any,
     ) -> Rendering:
         """Same signature and result as ``Family.render``."""
         fam = self.family
-        normalized = self._prepare(messages, arguments)
-        if self._tools_raw is _UNSET or tools != self._tools_raw:
-            self._tools = to_template_tools(parse_tools(tools))
+        normalized = self._prepare(messages, arguments or fam.tool_arguments(variant), strict_request)
+        if strict_request or self._tools_raw is _UNSET or tools != self._tools_raw:
+            self._tools = to_template_tools(parse_tools(tools, strict=strict_request))
             self._tools_raw = copy.deepcopy(tools)
+        options: dict[str, Any] = {
+            "continue_final_message": continue_final_message,
+            "strict_template_kwargs": strict_template_kwargs,
+        }
         if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
             self._text, self._ids, self._cuts = "", [], []
             return fam.render_prepared(
@@ -104,6 +114,7 @@ class Session:
                 documents=documents,
                 sanitize_control_tokens=True,
                 now=now,
+                **options,
                 **template_kwargs,
             )
         rendered = fam.render_text(
@@ -113,44 +124,55 @@ class Session:
             variant=variant,
             documents=documents,
             now=now,
+            **options,
             **template_kwargs,
         )
         text = rendered.text
-        ids, cuts = self._encode(text)
-        self._text, self._ids, self._cuts = text, ids, cuts
-        token_map = CutTokenMap(text, cuts, len(ids), fam.tokenizer.segment_map)
-        return assemble(rendered, text, ids, token_map, lambda c: c)
+        ids, token_map = self._encode(text)
+        result = assemble(rendered, text, ids, token_map, lambda c: c)
+        _, ignored = fam.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs)
+        return replace(result, ignored_template_kwargs=ignored) if ignored else result
 
-    def _prepare(self, messages: Sequence[Any], arguments: ArgumentsForm | None) -> list[dict[str, Any]]:
+    def _prepare(
+        self, messages: Sequence[Any], arguments: ArgumentsForm, strict: bool = False
+    ) -> list[dict[str, Any]]:
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             parse_messages(messages)  # raises the usual error
-        if arguments != self._arguments:
-            self._seen, self._normalized, self._arguments = [], [], arguments
+        if (arguments, strict) != self._arguments:
+            self._seen, self._normalized, self._arguments = [], [], (arguments, strict)
         keep = 0
         limit = min(len(messages), len(self._seen))
         while keep < limit and _same(messages[keep], self._seen[keep]):
             keep += 1
         tail = messages[keep:]
-        models = parse_messages(tail, first_index=keep, call_ids=call_ids_of(self._normalized[:keep]))
+        models = parse_messages(
+            tail, first_index=keep, call_ids=call_ids_of(self._normalized[:keep]), strict=strict
+        )
         self._normalized = self._normalized[:keep] + self.family.normalize(models, arguments)
         self._seen = self._seen[:keep] + [m if isinstance(m, BaseModel) else copy.deepcopy(m) for m in tail]
         self.stats.revalidated_messages += len(tail)
         return list(self._normalized)
 
-    def _encode(self, text: str) -> tuple[list[int], list[Cut]]:
+    def _encode(self, text: str) -> tuple[list[int], TokenMap]:
+        """``text``'s ids and token map: the previous ids up to the last safe cut at least
+        ``cut_rule.lookahead`` chars inside the text both requests share, then the rest
+        encoded on its own (everything, when the encoder declares no safe cut)."""
         tok = self.family.tokenizer
         shared = common_prefix_length(self._text, text)
-        k = bisect_right([c.char for c in self._cuts], shared - tok.max_added_len) - 1
+        k = bisect_right([c.char for c in self._cuts], shared - tok.cut_rule.lookahead) - 1
         start = self._cuts[k] if k >= 0 else Cut(0, 0)
         suffix = tok.encode(text[start.char :], with_cuts=True)
         ids = self._ids[: start.token] + suffix.ids
         cuts = self._cuts[: k + 1] + [
             Cut(start.char + c.char, start.token + c.token) for c in suffix.cuts or () if c.char > 0
         ]
+        self._text, self._ids, self._cuts = text, ids, cuts
         self.stats.requests += 1
         self.stats.reused_tokens += start.token
         self.stats.encoded_tokens += len(suffix.ids)
-        return ids, cuts
+        if start.char == 0:
+            return ids, suffix.token_map
+        return ids, CutTokenMap(text, cuts, len(ids), tok.segment_map)
 
 
 def _same(given: Any, seen: Any) -> bool:

@@ -5,6 +5,10 @@ tokenizers run on) together with the special-token variables that chat templates
 (``bos_token``, ``eos_token``, ...). It encodes exactly as ``apply_chat_template`` does
 (``add_special_tokens=False``) and returns a ``TokenMap`` for placing char boundaries.
 
+``Tokenizer.cut_rule`` says which added-token boundaries of its encodings are safe cuts (the
+rule is in ``boundary.encoding``); a ``Tokenizer`` is never changed after it is built, and
+building one never changes the ``tokenizers.Tokenizer`` it is given.
+
 Shipped vocabularies live under ``vocabularies/<name>/vocabulary.toml``: either an HF
 ``tokenizer.json`` or a tiktoken rank file, converted once with transformers'
 ``TikTokenConverter`` and cached on disk (``BOUNDARY_CACHE_DIR``).
@@ -20,12 +24,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 import tokenizers
 from pydantic import BaseModel, ConfigDict
 
-from boundary.encoding import Cut, CutTokenMap, SegmentEncoder
+from boundary.encoding import Cut, CutRule, CutTokenMap, SegmentEncoder, cut_rule
 from boundary.errors import TokenizerError
 from boundary.offsets import CharOffset, OffsetsTokenMap, TokenMap, TokenOffset
 from boundary.resources import cache_dir, data_dir
@@ -45,7 +50,7 @@ _CONVERSION_VERSION = "1"  # bump when the conversion below changes
 @dataclass(frozen=True, slots=True)
 class Encoded:
     """Token ids, the map from char positions of the encoded text to token boundaries, and
-    (when asked for) the hard cuts at every added token."""
+    (when asked for) the safe cuts the encoder declares (``Tokenizer.cut_rule``)."""
 
     ids: list[int]
     token_map: TokenMap
@@ -77,20 +82,14 @@ class EncodingTokenMap:
             token, start = token - 1, prev_start
         return TokenOffset(token), CharOffset(start)
 
-    def cuts(self, added_ids: frozenset[int]) -> list[Cut]:
-        out = []
-        for i, token_id in enumerate(self._enc.ids):
-            if token_id in added_ids:
-                start, end = self._enc.token_to_chars(i)
-                out += (Cut(start, i), Cut(end, i + 1))
-        return out
-
 
 class Tokenizer:
     """A vocabulary plus the special-token variables its chat templates read.
 
     ``source`` says where the vocabulary came from; ``stand_in`` is True for a test
     tokenizer built for a family whose real vocabulary is not available offline.
+    Immutable once built (``special_tokens_map`` is read-only), so one instance may be
+    shared, as the shipped families share theirs; ``with_special_tokens`` makes a new one.
     """
 
     def __init__(
@@ -107,7 +106,9 @@ class Tokenizer:
         """``rank_file`` / ``split_pattern``: the tiktoken rank file and split regex ``backend``
         was converted from; when given (and the added tokens allow it) plain text is encoded
         with tiktoken, which gives the same ids (see ``boundary.encoding``)."""
-        self.special_tokens_map = {k: v for k, v in (special_tokens or {}).items() if v is not None}
+        self.special_tokens_map: Mapping[str, str] = MappingProxyType(
+            {k: v for k, v in (special_tokens or {}).items() if v is not None}
+        )
         self.backend = _with_special_tokens(backend, self.special_tokens_map.values())
         self.source = source
         self.stand_in = stand_in
@@ -115,7 +116,9 @@ class Tokenizer:
         added = self.added_tokens().values()
         self.added_ids = frozenset(self.backend.token_to_id(t.content) for t in added)
         self.max_added_len = max((len(t.content) for t in added), default=0)
-        self.segments = _segment_encoder(self.backend, rank_file, split_pattern)
+        self.cut_rule: CutRule = cut_rule(self.backend)
+        self._rank_file, self._split_pattern = rank_file, split_pattern
+        self.segments = _segment_encoder(self.backend, rank_file, split_pattern, self.cut_rule)
 
     def __repr__(self) -> str:
         return f"Tokenizer(vocab={self.backend.get_vocab_size()}, source={self.source!r})"
@@ -123,16 +126,17 @@ class Tokenizer:
     # -- encoding -------------------------------------------------------------------------
     def encode(self, text: str, *, with_cuts: bool = False) -> Encoded:
         """Encode as ``apply_chat_template(tokenize=True)`` does: added tokens matched, no BOS/EOS
-        added. ``with_cuts`` also lists the hard cuts (the tiktoken path always does)."""
+        added. ``with_cuts`` also lists the safe cuts (the tiktoken path always does)."""
         if self.segments is not None:
             ids, cuts = self.segments.encode(text)
             return Encoded(ids, CutTokenMap(text, cuts, len(ids), self.segment_map), cuts)
         enc = self.backend.encode(text, add_special_tokens=False)
-        token_map = EncodingTokenMap(enc, len(text))
-        return Encoded(enc.ids, token_map, token_map.cuts(self.added_ids) if with_cuts else None)
+        ids = enc.ids
+        cuts = self.cut_rule.cuts(text, ids, enc.token_to_chars) if with_cuts else None
+        return Encoded(ids, EncodingTokenMap(enc, len(text)), cuts)
 
     def segment_map(self, segment: str) -> TokenMap:
-        """The exact ``TokenMap`` of one plain segment (text between two hard cuts)."""
+        """The exact ``TokenMap`` of the text between two safe cuts, encoded on its own."""
         return EncodingTokenMap(self.backend.encode(segment, add_special_tokens=False), len(segment))
 
     def encode_ids(self, text: str) -> list[int]:
@@ -189,6 +193,22 @@ class Tokenizer:
             if t.special or (t.content in template_literals and not t.content.isspace())
         )
 
+    def with_special_tokens(self, special_tokens: Mapping[str, str]) -> Tokenizer:
+        """A new ``Tokenizer`` whose special-token variables are this one's updated with
+        ``special_tokens`` (new ones registered as transformers does); ``self`` is unchanged."""
+        merged = {**self.special_tokens_map, **special_tokens}
+        if merged == self.special_tokens_map:
+            return self
+        return Tokenizer(
+            self.backend,
+            special_tokens=merged,
+            source=self.source,
+            stand_in=self.stand_in,
+            chat_control_tokens=self.chat_control_tokens,
+            rank_file=self._rank_file,
+            split_pattern=self._split_pattern,
+        )
+
     # -- interop --------------------------------------------------------------------------
     def to_transformers(self, chat_template: str | None = None) -> Any:
         """The equivalent transformers fast tokenizer (for parity checks and for users)."""
@@ -236,22 +256,27 @@ class Tokenizer:
 
 
 def _segment_encoder(
-    backend: tokenizers.Tokenizer, rank_file: Path | None, split_pattern: str | None
+    backend: tokenizers.Tokenizer, rank_file: Path | None, split_pattern: str | None, rule: CutRule
 ) -> SegmentEncoder | None:
-    """A tiktoken segment encoder for ``backend`` when one provably gives the same ids."""
+    """A tiktoken segment encoder for ``backend`` when one provably gives the same ids: a
+    converted rank file, no normalizer or NFC (applied with ``backend``'s own normalizer),
+    added tokens matched verbatim and every added-token boundary a safe cut."""
     if rank_file is None or split_pattern is None:
         return None
     normalizer = backend.normalizer
     if normalizer is not None and not isinstance(normalizer, tokenizers.normalizers.NFC):
         return None
-    added = backend.get_added_tokens_decoder().values()
+    decoder = backend.get_added_tokens_decoder()
+    added = decoder.values()
     if any(t.lstrip or t.rstrip or t.single_word or t.normalized for t in added):
+        return None
+    if not rule.every_boundary(frozenset(decoder)):
         return None
     return SegmentEncoder(
         rank_file,
         split_pattern,
         {t.content: backend.token_to_id(t.content) for t in added},
-        nfc=normalizer is not None,
+        normalize=normalizer.normalize_str if normalizer is not None else None,
     )
 
 
@@ -419,6 +444,5 @@ def check_against_tiktoken(name: str, texts: Iterable[str]) -> list[str]:
 
 
 def _nfc(text: str, spec: VocabularySpec) -> str:
-    import unicodedata
-
-    return unicodedata.normalize("NFC", text) if spec.normalize == "NFC" else text
+    """NFC as the converted vocabulary applies it (``tokenizers``' tables, not ``unicodedata``'s)."""
+    return tokenizers.normalizers.NFC().normalize_str(text) if spec.normalize == "NFC" else text

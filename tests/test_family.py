@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from functools import cache
+from typing import Any
 
 import pytest
 
 import boundary
 from boundary.resources import data_dir
-from tests.support import family, fixture_cases
+from tests.support import FIXED_NOW, ROOT, family, fixed_strftime, fixture_cases
 
 HYBRID = {
     "qwen3_next",
@@ -120,3 +123,81 @@ def test_template_kwargs_reach_the_template() -> None:
     on, off = fam.render(msgs), fam.render(msgs, enable_thinking=False)
     assert on.text.endswith("<think>\n") and off.text.endswith("<think>\n\n</think>\n\n")
     assert on.u_end == off.u_end
+
+
+# -- held-out real templates ----------------------------------------------------------------------
+HELD_OUT = ROOT / "fixtures" / "held_out_templates"
+# What each held-out template reads among the kwargs clients send to every model (hand-checked
+# against the template text).
+HELD_OUT_READS: dict[str, frozenset[str]] = {
+    "trl_llama3_1.jinja": frozenset(),
+    "trl_llama3_2.jinja": frozenset(),
+    "trl_gemma3.jinja": frozenset(),
+    "trl_glm4moe.jinja": frozenset({"enable_thinking"}),
+    "trl_lfm2_2_5_v2.jinja": frozenset(),
+    "trl_phi3_5.jinja": frozenset(),
+    "trl_qwen2_5.jinja": frozenset(),
+    "trl_deepseek_r1_distill.jinja": frozenset(),
+    "vllm_template_chatml.jinja": frozenset(),
+}
+CLIENT_KWARGS = [{}, {"enable_thinking": False}, {"enable_thinking": True}, {"reasoning_effort": "low"}]
+
+
+def test_held_out_templates_are_the_packages_bytes() -> None:
+    table = (HELD_OUT / "PROVENANCE.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([\w.]+\.jinja)` \|.*\| `([0-9a-f]{64})` \|$", table, flags=re.M))
+    assert set(rows) == set(HELD_OUT_READS) == {p.name for p in HELD_OUT.glob("*.jinja")}
+    for name, digest in rows.items():
+        assert hashlib.sha256((HELD_OUT / name).read_bytes()).hexdigest() == digest, name
+    shipped = {hashlib.sha256(p.read_bytes()).hexdigest() for p in data_dir("templates").glob("*/*.jinja")}
+    assert not shipped & set(rows.values())  # held out: none of them is a shipped template
+
+
+@cache
+def _held_out(name: str) -> tuple[boundary.Family, Any]:
+    template = (HELD_OUT / name).read_text(encoding="utf-8")
+    tokenizer = family("qwen3").tokenizer.to_transformers(template)
+    return boundary.Family.from_template(template, tokenizer), tokenizer
+
+
+def _held_out_matrix() -> list[Any]:
+    return [
+        pytest.param(name, kwargs, case, id=f"{name}-{case['name']}-{','.join(kwargs) or 'defaults'}")
+        for name in HELD_OUT_READS
+        for kwargs in CLIENT_KWARGS
+        for case in fixture_cases()
+    ]
+
+
+@pytest.mark.parametrize(("name", "kwargs", "case"), _held_out_matrix())
+def test_held_out_templates_match_transformers_and_list_the_kwargs_they_ignore(
+    name: str, kwargs: dict[str, Any], case: dict[str, Any]
+) -> None:
+    fam, hf = _held_out(name)
+    messages, tools = fam.prepare(case["messages"], case.get("tools"))
+
+    def reference(agp: bool, tokenize: bool) -> Any:
+        return hf.apply_chat_template(
+            messages,
+            tools=tools,
+            add_generation_prompt=agp,
+            tokenize=tokenize,
+            return_dict=False,
+            strftime_now=fixed_strftime,
+            **kwargs,
+        )
+
+    try:
+        text = reference(True, False)
+    except Exception as exc:  # the template itself refuses this conversation
+        with pytest.raises(boundary.TemplateRenderError) as info:
+            fam.render(case["messages"], case.get("tools"), now=FIXED_NOW, **kwargs)
+        assert str(exc) in str(info.value)
+        return
+    r = fam.render(case["messages"], case.get("tools"), now=FIXED_NOW, **kwargs)
+    assert r.text == text
+    assert r.token_ids == reference(True, True)
+    assert r.ignored_template_kwargs == tuple(k for k in kwargs if k not in HELD_OUT_READS[name])
+    history = reference(False, False)
+    if r.u_end is not None and text.startswith(history):
+        assert r.input_end.char == len(history)

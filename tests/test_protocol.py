@@ -65,13 +65,23 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments
             "messages[1].tool_calls[0].function.arguments",
             "expected a JSON object, got list",
         ),
-        (
-            [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
-            "messages[0].content",
-            "",
-        ),
-        ([{"role": "user", "content": "a", "colour": "red"}], "messages[0].colour", "unexpected field"),
         (["hello"], "messages[0]", "expected an object, got str"),
+        ([{"role": "user", "content": ["hello"]}], "messages[0].content[0]", "expected an object, got str"),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": 3}]}],
+            "messages[0].content[0].text",
+            "got int",
+        ),
+        (
+            [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "refusal": 3}],
+            "messages[1].refusal",
+            "got int",
+        ),
+        (
+            [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b", "thinking": ["x"]}],
+            "messages[1].thinking",
+            "got list",
+        ),
         ([], "messages", "empty conversation"),
     ],
 )
@@ -100,10 +110,10 @@ def test_render_rejects_bad_input_before_rendering() -> None:
         fam.render([{"role": "user", "content": "a"}, {"role": "wizard", "content": "b"}])
 
 
-def test_template_kwargs_the_template_never_reads_are_rejected() -> None:
+def test_template_kwargs_the_template_never_reads_are_rejected_when_strict() -> None:
     fam = boundary.load_family("qwen3_5")
     with pytest.raises(boundary.RequestError, match=r"template_kwargs\.enable_thinkng"):
-        fam.render([{"role": "user", "content": "a"}], enable_thinkng=False)
+        fam.render([{"role": "user", "content": "a"}], enable_thinkng=False, strict_template_kwargs=True)
     with pytest.raises(
         boundary.RequestError, match=r"template_kwargs\.enable_thinking: expected bool, got str"
     ):
@@ -121,7 +131,138 @@ def test_normalized_messages_keep_what_the_caller_set() -> None:
     out = to_template_messages(msgs, reasoning_field="thinking")
     assert out[0] == {"role": "user", "content": "a"}
     assert out[1]["content"] == ""
-    assert out[1]["thinking"] == "think" and "reasoning_content" not in out[1]
+    # under the name sent, under both names vLLM gives it, and under the family's field
+    assert out[1]["thinking"] == out[1]["reasoning"] == out[1]["reasoning_content"] == "think"
     assert out[1]["tool_calls"][0]["function"]["arguments"] == {"a": 1}
     as_text = to_template_messages(msgs, arguments="string")
     assert as_text[1]["tool_calls"][0]["function"]["arguments"] == '{"a": 1}'
+    assert "thinking" not in as_text[1]
+
+
+def test_reasoning_wins_over_reasoning_content_and_the_family_field_set_by_the_caller_is_kept() -> None:
+    msgs = parse_messages(
+        [
+            {"role": "user", "content": "a"},
+            {
+                "role": "assistant",
+                "content": "b",
+                "reasoning": "r",
+                "reasoning_content": "rc",
+                "thinking": "t",
+            },
+        ]
+    )
+    out = to_template_messages(msgs, reasoning_field="thinking")[1]
+    assert (out["reasoning"], out["reasoning_content"], out["thinking"]) == ("r", "r", "t")
+
+
+def test_fields_outside_the_schema_pass_through_with_their_values_none_included() -> None:
+    raw = [
+        {"role": "user", "content": "a", "colour": "red", "meta": {"k": [1, None]}},
+        {
+            "role": "assistant",
+            "content": "b",
+            "refusal": None,
+            "annotations": [],
+            "audio": None,
+            "function_call": None,
+            "thinking": None,
+            "tool_calls": None,
+        },
+    ]
+    out = to_template_messages(parse_messages(raw))
+    assert out[0] == raw[0]
+    assert out[1] == {k: v for k, v in raw[1].items() if k != "tool_calls"}  # None / [] tool_calls: left out
+
+
+def test_content_parts_of_any_type_pass_through() -> None:
+    parts = [
+        {"type": "text", "text": "look"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+        {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+        {"type": "file", "file": {"file_id": "file-1"}},
+        {"type": "video_url", "video_url": {"url": "https://example.com/v.mp4"}},
+    ]
+    out = to_template_messages(parse_messages([{"role": "user", "content": parts}]))
+    assert out[0]["content"] == parts
+
+
+def test_empty_arguments_mean_no_arguments() -> None:
+    call = {**CALL, "function": {"name": "f", "arguments": ""}}
+    msgs = parse_messages([{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [call]}])
+    assert to_template_messages(msgs)[1]["tool_calls"][0]["function"]["arguments"] == {}
+    assert to_template_messages(msgs, arguments="string")[1]["tool_calls"][0]["function"]["arguments"] == ""
+
+
+@pytest.mark.parametrize(
+    ("messages", "location", "text"),
+    [
+        ([{"role": "user", "content": "a", "colour": "red"}], "messages[0].colour", "unexpected field"),
+        (
+            [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": "x"}}]}],
+            "messages[0].content[0].type",
+            "unknown content part type 'video_url'",
+        ),
+        (
+            [{"role": "user", "content": [{"type": "text", "text": "x", "cache_control": {}}]}],
+            "messages[0].content[0].cache_control",
+            "unexpected field",
+        ),
+        (
+            [{"role": "user", "content": "a"}, {"role": "assistant", "tool_calls": [{**CALL, "index": 0}]}],
+            "messages[1].tool_calls[0].index",
+            "unexpected field",
+        ),
+        (
+            [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "tool_calls": [{**CALL, "function": {**CALL["function"], "x": 1}}]},
+            ],
+            "messages[1].tool_calls[0].function.x",
+            "unexpected field",
+        ),
+    ],
+)
+def test_strict_refuses_what_is_outside_the_openai_schema(messages, location: str, text: str) -> None:
+    parse_messages(messages)  # lenient by default
+    with pytest.raises(boundary.RequestError) as info:
+        parse_messages(messages, strict=True)
+    assert info.value.location == location
+    assert text in info.value.detail
+
+
+def test_strict_accepts_the_openai_schema_and_what_the_sdk_echoes() -> None:
+    parse_messages(
+        [
+            {"role": "developer", "content": "d", "name": "ops"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "https://example.com/a.png"}},
+                    {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
+                    {"type": "file", "file": {"file_id": "file-1"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "refusal": None,
+                "annotations": [],
+                "audio": None,
+                "function_call": None,
+                "reasoning_content": "r",
+                "tool_calls": [CALL],
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "r"},
+        ],
+        strict=True,
+    )
+
+
+def test_strict_tools() -> None:
+    tool = {"type": "function", "function": {"name": "f", "parameters": {}, "title": "F"}}
+    assert parse_tools([tool]) is not None
+    with pytest.raises(boundary.RequestError) as info:
+        parse_tools([tool], strict=True)
+    assert info.value.location == "tools[0].function.title"

@@ -51,7 +51,7 @@ def _reference(name: str, variant: str, messages, tools, agp: bool, kwargs, *, t
 @pytest.mark.parametrize(("name", "variant", "kwargs", "case"), _matrix())
 def test_text_ids_and_u_end_match_transformers(name: str, variant: str, kwargs: dict, case: dict) -> None:
     fam = family(name)
-    messages, tools = fam.prepare(case["messages"], case.get("tools"))
+    messages, tools = fam.prepare(case["messages"], case.get("tools"), variant=variant)
     try:
         ref_text = _reference(name, variant, messages, tools, True, kwargs, tokenize=False)
     except Exception as exc:  # the template itself refuses this conversation
@@ -94,15 +94,29 @@ def test_marks_never_reach_the_text_even_when_the_boundary_is_unavailable() -> N
     assert r.checkpoint(64) is None
 
 
-def test_generation_prompt_read_inside_a_macro_is_reported_unavailable() -> None:
+def test_generation_prompt_read_inside_a_filtered_macro_is_reported_unavailable() -> None:
+    src = (
+        "{% macro tail() %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{% endmacro %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{{ tail()|trim }}"
+    )
+    fam = boundary.Family.from_template(src, family("qwen3").tokenizer)
+    r = fam.render([{"role": "user", "content": "hi"}])
+    assert r.u_end is None
+    assert "Macro" in r.input_end.reason
+
+
+def test_generation_prompt_read_inside_a_macro_printed_bare_is_found() -> None:
     src = (
         "{% macro tail() %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{% endmacro %}"
         "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{{ tail() }}"
     )
     fam = boundary.Family.from_template(src, family("qwen3").tokenizer)
     r = fam.render([{"role": "user", "content": "hi"}])
-    assert r.u_end is None
-    assert "Macro" in r.input_end.reason
+    history = fam.tokenizer.to_transformers(src).apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=True, add_generation_prompt=False
+    )
+    history = history["input_ids"] if isinstance(history, dict) or hasattr(history, "keys") else history
+    assert r.u_end == len(history) == 6
 
 
 def test_elif_chains_are_probed_where_the_flag_is_tested() -> None:

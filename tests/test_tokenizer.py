@@ -129,3 +129,27 @@ def test_the_tiktoken_segment_path_gives_the_tokenizers_ids(family_name: str) ->
 
 def test_vocabularies_without_a_rank_file_use_the_tokenizers_path() -> None:
     assert boundary.load_family("deepseek_v3").tokenizer.segments is None
+
+
+def test_from_template_changes_neither_the_given_nor_a_shipped_tokenizer() -> None:
+    messages = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
+    before = boundary.load_family("deepseek_v3").render(messages)
+    shipped = boundary.load_family("deepseek_v3").tokenizer
+    special_before = dict(shipped.special_tokens_map)
+    added_before = {i: str(t) for i, t in shipped.backend.get_added_tokens_decoder().items()}
+    template = boundary.load_family("deepseek_v3").template()
+
+    custom = boundary.Family.from_template(template, shipped, special_tokens={"bos_token": "<|my_bos|>"})
+    raw = load_vocabulary("deepseek_v4")
+    boundary.Family.from_template(template, raw, special_tokens={"bos_token": "<|other_bos|>"})
+
+    after = boundary.load_family("deepseek_v3").render(messages)
+    assert (after.text, after.token_ids) == (before.text, before.token_ids)
+    assert dict(shipped.special_tokens_map) == special_before
+    assert {i: str(t) for i, t in shipped.backend.get_added_tokens_decoder().items()} == added_before
+    assert raw.token_to_id("<|other_bos|>") is None and raw.token_to_id("<|my_bos|>") is None
+    with pytest.raises(TypeError):
+        shipped.special_tokens_map["bos_token"] = "x"  # type: ignore[index]
+    # the new family has its bos, registered as a special token as transformers registers it
+    assert custom.render(messages).text.startswith("<|my_bos|>")
+    assert len(custom.tokenizer.encode_ids("<|my_bos|>")) == 1

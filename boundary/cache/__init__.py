@@ -1,8 +1,9 @@
 """A faithful model of a hybrid prefix cache in vLLM 0.33.0 align mode.
 
 Attention KV in blocks found by chained prefix ids at ``prefix_match_unit``; recurrent states
-only where retained (``prefix_cache_retention_interval=0``: a request's retained endpoints and
-reactive shared-prefix junctions), each at a unit boundary; a hit resumes at the deepest
+only where retained (``prefix_cache_retention_interval=0``: the states the retention policy
+``boundary.retention_policy`` decides, P_end's block twin among them, and reactive shared-prefix
+junctions), each at a unit boundary; a hit resumes at the deepest
 position where both are present. Bytes come from a model description laid out as vLLM pages
 it; eviction is LRU behind a small protocol.
 
@@ -10,9 +11,12 @@ it; eviction is LRU behind a small protocol.
     cache = HybridPrefixCache(CacheConfig(geometry, capacity_bytes=32 * 2**30))
     hasher = PrefixHasher(geometry.unit)
     request = CacheRequest.from_tokens(0, prompt + output, len(prompt), hasher)
-    admission = cache.admit(request, [Retain(CheckpointKind.INPUT_END, u_end)], now=0.0)
+    policy = engine_geometry(geometry)
+    at_admission = decide("input_end", RequestBoundaries(len(prompt), u_end), policy)
+    admission = cache.admit(request, at_admission, now=0.0)
     admission.hit.attention, admission.hit.recurrent, admission.hit.joint
-    cache.finish(0, now=1.0)
+    at_finish = decide("input_end", RequestBoundaries(len(prompt), u_end, d_end), policy)
+    cache.finish(0, now=1.0, decision=at_finish)
 """
 
 from boundary.cache.accounting import (
@@ -31,8 +35,8 @@ from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPref
 from boundary.cache.lookup import Hit, find_joint_hit
 from boundary.cache.memory import Entry, EntryKind
 from boundary.cache.oracle import OracleCache
-from boundary.cache.request import CacheRequest, Retain
-from boundary.cache.retention import PlannedState, RetentionPlan, plan_retention
+from boundary.cache.request import CacheRequest
+from boundary.cache.retention import PlannedState, RetentionPlan, engine_geometry, plan_retention
 
 __all__ = [
     "LRU",
@@ -54,9 +58,9 @@ __all__ = [
     "PrefixReuse",
     "RecurrentKind",
     "RecurrentState",
-    "Retain",
     "RetentionPlan",
     "align_mode_geometry",
+    "engine_geometry",
     "find_joint_hit",
     "geometry_for_unit",
     "minimum_block_size",

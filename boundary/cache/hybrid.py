@@ -2,9 +2,11 @@
 
 ``HybridPrefixCache`` replays requests: ``admit`` looks a prompt up (the joint hit), holds the
 hit, allocates the request's attention blocks and running state, and creates the states the
-retention plan places inside the prompt; ``finish`` creates the states placed in the output,
-then releases everything the request held (states first, then blocks from the tail, as vLLM
-frees its groups) so that cached entries become evictable in LRU order.
+policy's admission decision places inside the prompt; ``finish`` takes the finish decision
+(D_end known): it creates the output-side states, un-caches the prompt-side states the
+decision no longer keeps, then releases everything the request held (states first, then
+blocks from the tail, as vLLM frees its groups) so that cached entries become evictable in
+LRU order.
 
 Two budget modes: one arena for blocks and states (vLLM's single block pool: equal total
 capacity), or a separate arena of ``checkpoint_budget`` bytes for retained states (an equal
@@ -14,7 +16,7 @@ admitted checkpoint-byte budget), the rest for blocks and running states.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from boundary.cache.accounting import CacheGeometry, cdiv
@@ -23,9 +25,10 @@ from boundary.cache.chunking import prefill_chunk_ends
 from boundary.cache.eviction import LRU, EvictionPolicy
 from boundary.cache.lookup import Hit, find_joint_hit
 from boundary.cache.memory import Arena, Entry, EntryKind
-from boundary.cache.request import CacheRequest, Retain
+from boundary.cache.request import CacheRequest
 from boundary.cache.retention import PlannedState, RetentionPlan, plan_retention
 from boundary.cache.states import RecurrentStates
+from boundary.retention_policy import Decision, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +37,8 @@ class CacheConfig:
     pool; else retained states get exactly this many bytes and blocks the rest.
     ``max_chunk_tokens``: the scheduler's ``max_num_batched_tokens``. ``output_reuse``: False
     models prefill/decode disaggregation without a decode-to-prefill path: the prefill side
-    never sees output KV or output-side states. ``output_at_unit``: output-side checkpoints
-    materialize at unit boundaries instead of block boundaries (see ``retention``)."""
+    never sees output KV or output-side states (the policy is told so through its geometry's
+    ``decode_states``)."""
 
     geometry: CacheGeometry
     capacity_bytes: float
@@ -44,7 +47,6 @@ class CacheConfig:
     max_chunk_tokens: int = 8192
     eviction: Callable[[], EvictionPolicy] = LRU
     output_reuse: bool = True
-    output_at_unit: bool = False
 
     def __post_init__(self) -> None:
         budget = self.checkpoint_budget_bytes
@@ -71,7 +73,8 @@ class _InFlight:
     table: list[Entry]
     states: list[Entry]
     scratch: Entry
-    pending: tuple[PlannedState, ...]
+    decision: Decision
+    created: list[Entry]
 
 
 @dataclass(slots=True)
@@ -83,6 +86,7 @@ class CacheStats:
     evictions: Counter[tuple[str, str]] = field(default_factory=Counter)
     created: Counter[str] = field(default_factory=Counter)
     state_hits: Counter[str] = field(default_factory=Counter)
+    dropped_states: int = 0  # prompt-side states a finish decision no longer kept
     evicted_states: list[Entry] = field(default_factory=list)
     state_bytes: int = 0
     block_bytes: int = 0
@@ -128,7 +132,9 @@ class HybridPrefixCache:
         """The joint hit ``request`` would get now, without admitting it."""
         return find_joint_hit(request.prefix, request.num_prompt_tokens, self.blocks, self.states)
 
-    def admit(self, request: CacheRequest, retain: Sequence[Retain], now: float) -> Admission:
+    def admit(self, request: CacheRequest, decision: Decision, now: float) -> Admission:
+        """Admit ``request`` with the policy's admission decision (its prefill keeps are created
+        now; its decode keeps, if any, at finish unless ``finish`` gets another decision)."""
         if request.rid in self._in_flight:
             raise ValueError(f"request {request.rid} is already in flight")
         self._advance(now)
@@ -167,13 +173,12 @@ class HybridPrefixCache:
         scratch = self._allocate(EntryKind.SCRATCH, g.state_bytes, 0, request.rid, now)
 
         plan = plan_retention(
-            retain,
+            decision,
             junction=hit.junction,
             joint=joint,
             num_prompt_tokens=request.num_prompt_tokens,
             geometry=g,
             junction_at_unit=self.config.junction_at_unit,
-            output_at_unit=self.config.output_at_unit,
         )
         created: list[Entry] = []
         recached = 0
@@ -181,8 +186,7 @@ class HybridPrefixCache:
             if planned.in_prompt:
                 recached += self._cached_already(planned, request)
                 created.append(self._create_state(planned, request, table, now))
-        pending = tuple(p for p in plan.states if not p.in_prompt) if self.config.output_reuse else ()
-        flight = _InFlight(request, table, held_states + created, scratch, pending)
+        flight = _InFlight(request, table, held_states + created, scratch, decision, created)
         self._in_flight[request.rid] = flight
         native = prefill_chunk_ends(
             joint,
@@ -204,13 +208,30 @@ class HybridPrefixCache:
         ) - len(native)
         return Admission(hit, plan, tuple(created), splits, recached)
 
-    def finish(self, rid: int, now: float) -> tuple[Entry, ...]:
-        """The request stopped: create its output-side states, release what it held."""
+    def finish(self, rid: int, now: float, decision: Decision | None = None) -> tuple[Entry, ...]:
+        """The request stopped: apply the finish decision (default: the admission one) — create
+        its decode keeps, un-cache the prompt-side states it no longer keeps — and release what
+        the request held."""
         self._advance(now)
         flight = self._in_flight.pop(rid)
+        final = flight.decision if decision is None else decision
+        kept = set(final.prefill_positions)
+        for state in flight.created:
+            if state.position not in kept and "reactive" not in state.labels and state.keys:
+                self.states.drop(state)  # vLLM: evict_blocks on the state block
+                self.stats.dropped_states += 1
         created = []
-        for planned in flight.pending:
-            state = self._create_state(planned, flight.request, flight.table, now)
+        request = flight.request
+        for keep in final.keeps:
+            if keep.phase is not Phase.DECODE or not self.config.output_reuse:
+                continue
+            if keep.position > request.num_tokens - 1 or keep.position // self.geometry.unit > len(
+                request.prefix
+            ):
+                continue  # never computed (a caller's D_end past the computed tokens)
+            alias = self.geometry.fine_grained and keep.position % self.geometry.block_size != 0
+            planned = PlannedState(keep.position, tuple(k.value for k in keep.kinds), alias, False)
+            state = self._create_state(planned, request, flight.table, now)
             created.append(state)
             flight.states.append(state)
         for state in sorted(flight.states, key=lambda e: -e.position):
@@ -232,7 +253,7 @@ class HybridPrefixCache:
         self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
     ) -> Entry:
         state = self._allocate(EntryKind.STATE, self.geometry.state_bytes, planned.position, request.rid, now)
-        state.labels = tuple(k.value for k in planned.kinds)
+        state.labels = planned.kinds
         self.states.cache(state, request.prefix)
         if planned.alias:
             index = planned.position // self.geometry.block_size

@@ -2,7 +2,7 @@
 
 This is the plain, replayable stream a fidelity test can feed to both this model and vLLM's
 ``KVCacheManager``: token ids (hashed here into prefix ids), the prompt length, the request's
-time in flight, and the logical positions a retention policy asks to keep.
+time in flight. What to keep comes from the policy (``boundary.retention_policy``).
 """
 
 from __future__ import annotations
@@ -11,21 +11,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from boundary.cache.hashing import PrefixHasher, PrefixId, PrefixReuse
-from boundary.checkpoints import CheckpointKind
-
-
-@dataclass(frozen=True, slots=True)
-class Retain:
-    """Keep a recurrent state at logical position ``logical`` (it materializes at the deepest
-    unit boundary at or before it). ``PROMPT_END`` is vLLM's replay boundary: a resend of the
-    same prompt is capped at ``num_prompt_tokens - 1``, so it materializes from ``logical - 1``."""
-
-    kind: CheckpointKind
-    logical: int
-
-    @property
-    def anchor(self) -> int:
-        return self.logical - 1 if self.kind is CheckpointKind.PROMPT_END else self.logical
 
 
 @dataclass(frozen=True, slots=True)

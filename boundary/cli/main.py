@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"boundary {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except RecursionError:  # e.g. json.loads of an input file nested thousands of levels deep
+        print(f"boundary {args.command}: error: input nested too deeply to read", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

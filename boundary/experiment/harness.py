@@ -18,9 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from boundary.cache.accounting import CacheGeometry, ModelDescription, geometry_for_unit, minimum_block_size
 from boundary.cache.hybrid import CacheConfig
+from boundary.cache.retention import engine_geometry
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.metrics import incremental, run_metrics, slice_summary
-from boundary.experiment.policies import ORACLE, PHASE_ONE, policy
+from boundary.experiment.policies import ORACLE, POLICIES, policy
 from boundary.experiment.replay import (
     BudgetMode,
     RequestRecord,
@@ -30,6 +31,7 @@ from boundary.experiment.replay import (
     replay_oracle,
 )
 from boundary.experiment.stream import Stream, cache_requests
+from boundary.retention_policy import DecodeStates
 
 GIB = 2**30
 
@@ -39,7 +41,7 @@ class ExperimentConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policies: tuple[str, ...] = (*PHASE_ONE, "chat_aware", ORACLE)
+    policies: tuple[str, ...] = (*POLICIES, ORACLE)
     budgets: tuple[BudgetMode, ...] = (BudgetMode.EQUAL_CAPACITY, BudgetMode.EQUAL_CHECKPOINT_BUDGET)
     units: tuple[int | None, ...] = (None,)
     capacity_gib: float = Field(32.0, gt=0)
@@ -206,12 +208,21 @@ def run_unit(
         capacity,
         junction_at_unit=config.junction_at_unit,
         max_chunk_tokens=config.max_chunk_tokens,
-        output_at_unit=config.output_at_unit,
     )
+    decode_states = DecodeStates.UNIT if config.output_at_unit else DecodeStates.BLOCK
 
     def run(name: str, cache_config: CacheConfig, budget: BudgetMode) -> Run:
+        states = decode_states if cache_config.output_reuse else DecodeStates.NONE
         return replay(
-            stream, requests, policy(name), cache_config, cost, oracle_hits, budget=budget, events=events
+            stream,
+            requests,
+            policy(name),
+            cache_config,
+            cost,
+            oracle_hits,
+            budget=budget,
+            events=events,
+            geometry=engine_geometry(geometry, states),
         )
 
     say(f"  main_sparse / {BudgetMode.EQUAL_CAPACITY.value}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from boundary.experiment.replay import ProducerAge, RequestRecord, Run
 
-KINDS = ("prompt_end", "input_end", "decode_end", "reactive")
+KINDS = ("prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block")
 
 
 def _ratio(a: float, b: float) -> float | None:
@@ -170,7 +170,7 @@ def run_metrics(run: Run, baseline: Run | None, disaggregated: Run | None = None
         "input_end_fallback_rate": _ratio(
             sum(r.served_by == "input_end" for r in fallback_pool), len(fallback_pool)
         )
-        if run.policy in ("both", "chat_aware")
+        if run.policy in ("both", "chat_aware", "horizon")
         else None,
         "first_continuation_effective_hit_rate": slice_summary(first)["reused_over_oracle"],
         "saved_prompt_tokens_per_retained_state_byte": _ratio(joint, mean_state),

@@ -1,16 +1,9 @@
-"""Retention policies: which logical checkpoints a request asks the cache to keep.
+"""The experiment's policies: ``boundary.retention_policy`` applied to stream requests.
 
-A policy is one decision: ``retain(request) -> tuple[Retain, ...]``. Every variant also keeps
-reactive shared-prefix junctions; the cache model does that itself, as vLLM does, so no policy
-names them. The proactive endpoints:
-
-- ``main_sparse``: P_end, vLLM's own replay boundary (the baseline);
-- ``input_end``: U_end, the end of the stable history (P_end when the template cannot expose it);
-- ``decode_end``: D_end, the end of the committed output;
-- ``both``: U_end and D_end;
-- ``chat_aware``: one endpoint per request, D_end when the output is expected to round-trip
-  into the next request (a tool-call continuation), U_end otherwise; as many states per
-  request as ``main_sparse``, so it is compared under the same checkpoint-byte budget.
+A policy here only translates a ``StreamRequest`` into the policy module's
+``RequestBoundaries`` (the round-trip verdict and stability horizon the stream carries) and
+asks ``decide`` twice: at admission (D_end not known yet) and at finish. The vLLM plugin
+asks the same function with the same inputs, so both executors run the same variants.
 
 ``oracle`` is not a policy: it is a different cache (infinite capacity, a state at every
 unit), see ``boundary.cache.oracle``.
@@ -20,11 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
-from boundary.cache.request import Retain
-from boundary.checkpoints import CheckpointKind
 from boundary.experiment.stream import StreamRequest
+from boundary.retention_policy import Decision, EngineGeometry, RequestBoundaries, Variant, decide
 
 ORACLE = "oracle"
 
@@ -38,74 +29,45 @@ def expected_round_trip(request: StreamRequest) -> bool:
     return request.round_trip if request.round_trip is not None else request.tool_call
 
 
-class RetentionPolicy(Protocol):
-    name: str
-
-    def retain(self, request: StreamRequest) -> tuple[Retain, ...]: ...
-
-
-def _input_end(request: StreamRequest) -> Retain:
-    if request.u_end is None:
-        return Retain(CheckpointKind.PROMPT_END, request.p_end)
-    return Retain(CheckpointKind.INPUT_END, request.u_end)
-
-
-@dataclass(frozen=True, slots=True)
-class MainSparse:
-    name: str = "main_sparse"
-
-    def retain(self, request: StreamRequest) -> tuple[Retain, ...]:
-        return (Retain(CheckpointKind.PROMPT_END, request.p_end),)
+def boundaries(
+    request: StreamRequest, *, finished: bool, predictor: RoundTripPredictor = expected_round_trip
+) -> RequestBoundaries:
+    """The policy's inputs for ``request``; D_end (capped at the computed tokens) only once
+    ``finished``."""
+    d_end = min(request.d_end, len(request.tokens) - 1) if finished else None
+    return RequestBoundaries(
+        p_end=request.p_end,
+        u_end=request.u_end,
+        d_end=max(d_end, request.p_end) if d_end is not None else None,
+        round_trip=1.0 if predictor(request) else 0.0,
+        horizon=request.horizon,
+    )
 
 
 @dataclass(frozen=True, slots=True)
-class InputEnd:
-    name: str = "input_end"
+class RetentionPolicy:
+    """One variant. ``admission`` / ``finish``: the decision at each phase."""
 
-    def retain(self, request: StreamRequest) -> tuple[Retain, ...]:
-        return (_input_end(request),)
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeEnd:
-    name: str = "decode_end"
-
-    def retain(self, request: StreamRequest) -> tuple[Retain, ...]:
-        return (Retain(CheckpointKind.DECODE_END, request.d_end),)
-
-
-@dataclass(frozen=True, slots=True)
-class Both:
-    name: str = "both"
-
-    def retain(self, request: StreamRequest) -> tuple[Retain, ...]:
-        return (_input_end(request), Retain(CheckpointKind.DECODE_END, request.d_end))
-
-
-@dataclass(frozen=True, slots=True)
-class ChatAware:
+    variant: Variant
     predictor: RoundTripPredictor = expected_round_trip
-    name: str = "chat_aware"
 
-    def retain(self, request: StreamRequest) -> tuple[Retain, ...]:
-        if self.predictor(request):
-            return (Retain(CheckpointKind.DECODE_END, request.d_end),)
-        return (_input_end(request),)
+    @property
+    def name(self) -> str:
+        return self.variant.value
+
+    def admission(self, request: StreamRequest, geometry: EngineGeometry) -> Decision:
+        return decide(self.variant, boundaries(request, finished=False, predictor=self.predictor), geometry)
+
+    def finish(self, request: StreamRequest, geometry: EngineGeometry) -> Decision:
+        return decide(self.variant, boundaries(request, finished=True, predictor=self.predictor), geometry)
 
 
-POLICIES: dict[str, Callable[[], RetentionPolicy]] = {
-    "main_sparse": MainSparse,
-    "input_end": InputEnd,
-    "decode_end": DecodeEnd,
-    "both": Both,
-    "chat_aware": ChatAware,
-}
 PHASE_ONE = ("main_sparse", "input_end", "decode_end", "both")
+POLICIES = (*PHASE_ONE, "chat_aware", "horizon")
 ALL_NAMES = (*POLICIES, ORACLE)
 
 
 def policy(name: str) -> RetentionPolicy:
-    try:
-        return POLICIES[name]()
-    except KeyError:
-        raise ValueError(f"unknown policy {name!r} (known: {', '.join(ALL_NAMES)})") from None
+    if name not in POLICIES:
+        raise ValueError(f"unknown policy {name!r} (known: {', '.join(ALL_NAMES)})")
+    return RetentionPolicy(Variant(name))

@@ -21,24 +21,15 @@ from boundary.cache.lookup import Hit
 from boundary.cache.memory import Entry
 from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
-from boundary.checkpoints import CheckpointKind
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.policies import RetentionPolicy
 from boundary.experiment.stream import Stream, StreamRequest
+from boundary.retention_policy import SERVING_ORDER, EngineGeometry
 
 
 class BudgetMode(StrEnum):
     EQUAL_CAPACITY = "equal_capacity"  # blocks and states share one pool of the same size for every policy
     EQUAL_CHECKPOINT_BUDGET = "equal_checkpoint_budget"  # states get the same byte budget under every policy
-
-
-# When one state answers for several logical checkpoints, the hit is credited to the first here.
-SERVING_ORDER = (
-    CheckpointKind.DECODE_END,
-    CheckpointKind.INPUT_END,
-    CheckpointKind.PROMPT_END,
-    CheckpointKind.REACTIVE,
-)
 
 
 class ProducerAge(StrEnum):
@@ -179,10 +170,12 @@ def replay(
     *,
     budget: BudgetMode,
     events: Sequence[tuple[float, int, int]],
+    geometry: EngineGeometry,
     check_every: int = 0,
 ) -> Run:
-    """Replay ``requests`` (``stream``'s requests at the cache's unit). ``check_every > 0``
-    checks the cache's invariants every that many events (tests do; measurements don't)."""
+    """Replay ``requests`` (``stream``'s requests at the cache's unit) under ``policy`` decided
+    on ``geometry`` (the policy's view of the engine: where decode states exist). ``check_every
+    > 0`` checks the cache's invariants every that many events (tests do; measurements don't)."""
     cache = HybridPrefixCache(config)
     meta = stream.requests
     records: list[RequestRecord | None] = [None] * len(requests)
@@ -192,11 +185,10 @@ def replay(
         last = now
         request = requests[i]
         if not arrival:
-            cache.finish(request.rid, now)
+            cache.finish(request.rid, now, policy.finish(meta[i], geometry))
         else:
             sr = meta[i]
-            retain = policy.retain(sr)
-            admission = cache.admit(request, retain, now)
+            admission = cache.admit(request, policy.admission(sr, geometry), now)
             hit = admission.hit
             records[i] = _record(sr, admission, hit, oracle[i], meta, cost)
         if check_every and step % check_every == 0:
@@ -257,6 +249,7 @@ def _record(
                 "decode_end": producer.d_end,
                 "input_end": producer.u_end,
                 "prompt_end": producer.p_end - 1,
+                "prompt_end_block": producer.p_end - 1,
             }.get(served or "")
             if logical is not None:
                 loss = logical - state.position

@@ -142,6 +142,7 @@ def serving(unit: UnitResult) -> list[str]:
         "input_end",
         "decode_end",
         "reactive",
+        "P_end block twin",
         "no hit",
         "previous request",
         "two back",
@@ -157,7 +158,10 @@ def serving(unit: UnitResult) -> list[str]:
             [
                 f"`{r['policy']}`",
                 r["budget"],
-                *(f"{sel[k]:,}" for k in ("prompt_end", "input_end", "decode_end", "reactive", "none")),
+                *(
+                    f"{sel.get(k, 0):,}"
+                    for k in ("prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block", "none")
+                ),
                 *(f"{age[k]:,}" for k in ("previous", "two_back", "older", "other_session")),
                 "–" if loss is None else f"{loss:.1f}",
             ]
@@ -265,6 +269,33 @@ def answers(unit: UnitResult) -> list[str]:
                 for k, v in both["incremental_hit_rate"].items()
             ]
             out.append(f"- [{budget}] `both` second checkpoint: " + "; ".join(parts))
+    out += targets(unit)
+    return out
+
+
+def targets(unit: UnitResult) -> list[str]:
+    """The Phase 2 / 3 targets under the equal checkpoint-byte budget: ``chat_aware`` at least
+    max(``input_end``, ``decode_end``) and ``main_sparse``; ``horizon`` at least ``both``."""
+
+    def reused(policy: str) -> float | None:
+        r = _get(unit, policy, EQUAL_BUDGET)
+        return None if r is None else r["hit_rate"]["reused_over_oracle"]
+
+    out = []
+    checks = (("chat_aware", ("input_end", "decode_end", "main_sparse")), ("horizon", ("both",)))
+    for policy, rivals in checks:
+        mine = reused(policy)
+        present = [(r, reused(r)) for r in rivals if reused(r) is not None]
+        if mine is None or not present:
+            continue
+        best_name, best = max(present, key=lambda item: item[1])
+        verdict = "met" if mine >= best - 1e-12 else f"missed by {pct(best - mine, 2)}"
+        out.append(
+            f"- target [{EQUAL_BUDGET}] `{policy}` {pct(mine, 2)} ≥ "
+            + ", ".join(f"`{r}` {pct(v, 2)}" for r, v in present)
+            + f": {verdict}"
+            + ("" if verdict == "met" else f" (best rival `{best_name}`)")
+        )
     return out
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from boundary.cache.hashing import PrefixHasher, PrefixReuse
 from boundary.cache.request import CacheRequest
 
-STREAM_FORMAT = 2
+STREAM_FORMAT = 4
 
 
 class Continuation(StrEnum):
@@ -38,6 +38,8 @@ class StreamRequest:
     ``tool_call``: the output calls a tool (the next request continues the tool loop).
     ``round_trip``: a verifier's prediction, made without the next request, that the
     output re-renders token for token into the next request (None: no verifier ran).
+    ``horizon``: the stability horizon (``boundary.horizon``) for the next request, tokens of
+    prompt + output predicted to stay a prefix of it (None: not predicted).
 
     Invariants: ``u_end <= num_prompt_tokens <= d_end <= len(tokens)``; ``turn`` counts the
     session's requests from 0; ``arrival <= finish``.
@@ -53,6 +55,7 @@ class StreamRequest:
     continuation: Continuation
     tool_call: bool = False
     round_trip: bool | None = None
+    horizon: int | None = None
     arrival: float = 0.0
     finish: float = 0.0
 

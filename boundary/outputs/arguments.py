@@ -8,6 +8,7 @@ spacing, Python ``True``). Keeping the written text lets those differences show.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from json.decoder import scanstring
@@ -122,56 +123,198 @@ def parameter_texts(arguments: str) -> list[tuple[str, str]]:
     return [(m.key, m.value if isinstance(m.value, str) else arguments[m.start : m.end]) for m in members]
 
 
-# -- XML parameter values -> JSON values ----------------------------------------------------
+# -- values typed by the tool's schema (vLLM's rules) ---------------------------------------
 
 
 def parameter_types(tools: Sequence[Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
-    """``{function name: {parameter: JSON-schema type}}`` from OpenAI tool definitions."""
+    """``{function name: {parameter: its JSON schema}}`` from OpenAI tool definitions (the
+    ``properties`` of each function's parameters; the first definition of a name wins, as
+    vLLM's ``find_tool_properties`` finds it)."""
     out: dict[str, dict[str, Any]] = {}
     for tool in tools or ():
         fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
-        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str) or fn["name"] in out:
             continue
-        props = (fn.get("parameters") or {}).get("properties") or {}
-        out[fn["name"]] = {k: (v or {}).get("type") for k, v in props.items() if isinstance(v, Mapping)}
+        params = fn.get("parameters") or {}
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        out[fn["name"]] = dict(props) if isinstance(props, Mapping) else {}
     return out
 
 
-def convert_parameter(text: str, schema_type: Any) -> Any:
-    """An XML parameter's text as the JSON value a frontend puts in ``arguments``.
+def schema_types(schema: Any) -> list[str]:
+    """Every type a JSON schema allows: ``type`` (a string or a list), the types of ``enum``
+    values, and those of ``anyOf`` / ``oneOf`` / ``allOf`` choices; ``["string"]`` when it
+    names none. The same set as vLLM's ``extract_types_from_schema``."""
+    if not isinstance(schema, Mapping):
+        return ["string"]
+    types: set[str] = set()
+    kind = schema.get("type")
+    if isinstance(kind, str):
+        types.add(kind)
+    elif isinstance(kind, list):
+        types.update(t for t in kind if isinstance(t, str))
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        for value in enum:
+            types.add(_json_type(value))
+    for choice_field in ("anyOf", "oneOf", "allOf"):
+        choices = schema.get(choice_field)
+        if isinstance(choices, list):
+            for choice in choices:
+                types.update(schema_types(choice))
+    return sorted(types) if types else ["string"]
 
-    Typed by the tool's schema as vLLM's XML tool parsers type it; without a schema type the
-    text stays a string.
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string"
+
+
+_TYPE_ALIASES = {
+    **dict.fromkeys(("str", "text", "varchar", "char", "enum"), "string"),
+    **dict.fromkeys(
+        ("int", "int32", "int64", "uint", "uint32", "uint64", "long", "short", "unsigned"), "integer"
+    ),
+    **dict.fromkeys(("float", "float32", "float64", "double"), "number"),
+    "bool": "boolean",
+    "dict": "object",
+    **dict.fromkeys(("arr", "list", "sequence"), "array"),
+}
+# tried in this order, whatever order the schema lists its types in
+_PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string")
+
+
+def _finite(value: Any) -> bool:
+    """No NaN or infinity anywhere in ``value`` (``json.dumps`` would write invalid JSON)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_finite(v) for v in value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    return True
+
+
+def coerce_text(text: str, types: Sequence[str]) -> Any:
+    """A value written as text, as the JSON value of the first of ``types`` it reads as.
+
+    Types are tried null, integer, number, boolean, object, array, string (aliases such as
+    ``int`` / ``float`` / ``bool`` count as theirs); without a match the text is read as
+    JSON, and kept as text when it is not JSON or not finite. Numbers keep their exact
+    value (``int`` for integral text), booleans accept ``1`` / ``0``. vLLM's
+    ``coerce_to_schema_type``, rule for rule.
     """
-    if schema_type is None:
-        return text
-    kinds = schema_type if isinstance(schema_type, list) else [schema_type]
-    kinds = [str(k).lower() for k in kinds]
-    if text.lower() == "null" and ("null" in kinds or kinds != ["string"]):
-        return None
-    for kind in kinds:
-        if kind in ("string", "str", "text"):
+    wanted = {_TYPE_ALIASES.get(k, k) for k in (t.strip().lower() for t in types)}
+    for kind in _PRIORITY:
+        if kind not in wanted:
+            continue
+        if kind == "null":
+            if text.lower() == "null":
+                return None
+        elif kind == "string":
             return text
-        if kind in ("integer", "int"):
+        elif kind == "integer":
             try:
                 return int(text)
             except ValueError:
-                continue
-        if kind in ("number", "float"):
+                pass
+        elif kind == "number":
+            try:
+                return int(text)
+            except ValueError:
+                pass
             try:
                 number = float(text)
             except ValueError:
                 continue
-            return (
-                int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
-            )
-        if kind in ("boolean", "bool"):
-            if text.strip().lower() in ("true", "false"):
-                return text.strip().lower() == "true"
-            continue
-        if kind in ("object", "array"):
+            if math.isfinite(number):
+                return number if number != int(number) else int(number)
+        elif kind == "boolean":
+            word = text.lower().strip()
+            if word in ("true", "1"):
+                return True
+            if word in ("false", "0"):
+                return False
+        else:  # object, array: any JSON value
             try:
-                return json.loads(text)
-            except json.JSONDecodeError:
+                value = json.loads(text)
+            except ValueError:
                 continue
-    return text
+            if _finite(value):
+                return value
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return text
+    return value if _finite(value) else text
+
+
+def convert_parameter(text: str, schema: Any) -> Any:
+    """An XML parameter's text as the JSON value a frontend puts in ``arguments``: typed by
+    the parameter's schema (a string without one)."""
+    if not isinstance(schema, Mapping):
+        return text
+    return coerce_text(text, schema_types(schema))
+
+
+def coerce_value(value: Any, schema: Mapping[str, Any]) -> tuple[Any, bool]:
+    """A JSON argument value typed by its schema, and whether that changed it: strings are
+    coerced, objects and arrays recursed into where the schema has ``properties`` /
+    ``items``, other values re-read from their JSON text (vLLM's ``_coerce_value``)."""
+    if isinstance(value, str):
+        coerced = coerce_text(value, schema_types(schema))
+        return (coerced, True) if coerced is not value else (value, False)
+    if isinstance(value, dict):
+        props = schema.get("properties")
+        return (value, coerce_members(value, props)) if isinstance(props, Mapping) else (value, False)
+    if isinstance(value, list):
+        items = schema.get("items")
+        changed = False
+        if isinstance(items, Mapping):
+            for i, item in enumerate(value):
+                coerced, item_changed = coerce_value(item, items)
+                if item_changed:
+                    value[i], changed = coerced, True
+        return value, changed
+    coerced = coerce_text(json.dumps(value, ensure_ascii=False), schema_types(schema))
+    if type(coerced) is not type(value) or coerced != value:
+        return coerced, True
+    return value, False
+
+
+def coerce_members(args: dict[str, Any], properties: Mapping[str, Any]) -> bool:
+    """Type every member of ``args`` that has a schema in ``properties``, in place; whether
+    any changed."""
+    changed = False
+    for key, value in args.items():
+        schema = properties.get(key)
+        if isinstance(schema, Mapping):
+            coerced, value_changed = coerce_value(value, schema)
+            if value_changed:
+                args[key], changed = coerced, True
+    return changed
+
+
+def typed_arguments(text: str, properties: Mapping[str, Any] | None) -> str:
+    """A call's JSON arguments typed by its tool's ``properties``: the text as written when
+    nothing changes (or it is not an object), else the typed object's ``json.dumps``."""
+    if not properties:
+        return text
+    try:
+        args = json.loads(text)
+    except ValueError:
+        return text
+    if not isinstance(args, dict) or not coerce_members(args, properties):
+        return text
+    return json.dumps(args, ensure_ascii=False)

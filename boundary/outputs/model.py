@@ -72,6 +72,8 @@ class ParsedOutput:
     ``message`` is an OpenAI-style assistant message: ``content`` (None when only tool calls
     were written), ``reasoning_content`` when the model reasoned, ``tool_calls`` with
     ``arguments`` as a JSON string. ``problem`` says why the status is not COMPLETE.
+    ``status``, ``problem`` and ``regions`` are boundary's reading of ``text`` whichever
+    ``backend`` produced ``message`` (vLLM reports no status: it only returns a message).
     """
 
     status: OutputStatus
@@ -81,6 +83,7 @@ class ParsedOutput:
     regions: tuple[Region, ...] = ()
     problem: str | None = None
     prefill: str = ""  # the generation prompt's pre-filled part of this turn (e.g. "<think>\n")
+    backend: str = "boundary"  # who read ``message``: boundary's reader, or "vllm" (its parsers)
 
     @property
     def ok(self) -> bool:

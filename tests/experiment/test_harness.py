@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from boundary.cache import CacheConfig, geometry_for_unit
+from boundary.cache import CacheConfig, engine_geometry, geometry_for_unit
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.harness import GIB, ExperimentConfig, run_experiment
 from boundary.experiment.policies import policy
@@ -57,7 +57,7 @@ def test_every_policy_and_budget_reports_every_metric_the_experiment_names(strea
     runs = result.units[0].runs
     assert {(r["policy"], r["budget"]) for r in runs} == {
         (p, b.value)
-        for p in ("main_sparse", "input_end", "decode_end", "both", "chat_aware")
+        for p in ("main_sparse", "input_end", "decode_end", "both", "chat_aware", "horizon")
         for b in BudgetMode
     }
     for r in runs:
@@ -68,7 +68,7 @@ def test_every_policy_and_budget_reports_every_metric_the_experiment_names(strea
     assert result.units[0].oracle["hit_rate"]["reused_over_oracle"] == 1.0
 
 
-@pytest.mark.parametrize("name", ["main_sparse", "input_end", "decode_end", "both", "chat_aware"])
+@pytest.mark.parametrize("name", ["main_sparse", "input_end", "decode_end", "both", "chat_aware", "horizon"])
 @pytest.mark.parametrize("unit", [1, 16, 1056])
 def test_no_policy_reuses_more_than_the_oracle_and_the_cache_invariants_hold_after_every_event(
     stream, name, unit
@@ -87,6 +87,7 @@ def test_no_policy_reuses_more_than_the_oracle_and_the_cache_invariants_hold_aft
         oracle,
         budget=BudgetMode.EQUAL_CAPACITY,
         events=events,
+        geometry=engine_geometry(geometry),
         check_every=1,
     )
     assert len(run.records) == len(stream)

@@ -1,59 +1,176 @@
-"""Retention policies: one decision each."""
+"""The retention policy (``boundary.retention_policy``) and its use on stream requests.
+
+Positions are computed by hand: block 64, unit 16 unless a test says otherwise; P_end = 95
+(P_end's anchor 94 -> unit 80, block twin 64), U_end = 90 (-> 80), D_end = 149 (-> block 128,
+unit 144).
+"""
 
 from __future__ import annotations
 
 from array import array
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from boundary.checkpoints import CheckpointKind as K
-from boundary.experiment.policies import ChatAware, policy
+from boundary.experiment.policies import boundaries, policy
 from boundary.experiment.stream import Continuation, StreamRequest
+from boundary.retention_policy import (
+    DecodeStates,
+    EngineGeometry,
+    Phase,
+    RequestBoundaries,
+    Variant,
+    check_phases,
+    decide,
+)
+
+G = EngineGeometry(block_size=64, unit=16)
 
 
-def request(
-    *, u_end: int | None = 90, tool_call: bool = False, round_trip: bool | None = None
-) -> StreamRequest:
-    return StreamRequest(
+def kept(variant: str, b: RequestBoundaries, g: EngineGeometry = G) -> list[tuple[int, tuple[str, ...]]]:
+    return [(k.position, tuple(x.value for x in k.kinds)) for k in decide(variant, b, g).keeps]
+
+
+FULL = RequestBoundaries(p_end=95, u_end=90, d_end=149)
+
+
+@pytest.mark.parametrize(
+    ("variant", "expected"),
+    [
+        ("main_sparse", [(64, ("prompt_end_block",)), (80, ("prompt_end",))]),
+        ("input_end", [(64, ("prompt_end_block",)), (80, ("input_end",))]),
+        ("decode_end", [(64, ("prompt_end_block",)), (128, ("decode_end",))]),
+        ("both", [(64, ("prompt_end_block",)), (80, ("input_end",)), (128, ("decode_end",))]),
+    ],
+)
+def test_the_seed_variants_keep_exactly_their_endpoints_and_the_labelled_twin(variant, expected):
+    assert kept(variant, FULL) == expected
+
+
+def test_without_the_upstream_twin_a_variant_keeps_only_its_endpoints():
+    bare = EngineGeometry(64, 16, upstream_twin=False)
+    assert kept("input_end", FULL, bare) == [(80, ("input_end",))]
+    assert kept("decode_end", RequestBoundaries(95, 90, 120), bare) == []  # 120 -> 64, inside the prompt
+
+
+def test_at_unit_equal_block_p_end_is_its_own_twin():
+    g = EngineGeometry(64, 64)
+    assert kept("main_sparse", FULL, g) == [(64, ("prompt_end", "prompt_end_block"))]
+    assert kept("input_end", FULL, g) == [(64, ("input_end", "prompt_end_block"))]
+
+
+def test_decode_states_decide_where_d_end_exists():
+    unit = EngineGeometry(64, 16, DecodeStates.UNIT)
+    none = EngineGeometry(64, 16, DecodeStates.NONE)
+    assert kept("decode_end", FULL, unit)[-1] == (144, ("decode_end",))
+    assert kept("decode_end", FULL, none) == [(64, ("prompt_end_block",))]
+    short = RequestBoundaries(95, 90, 110)  # no block boundary crossed while decoding
+    assert kept("decode_end", short) == [(64, ("prompt_end_block",))]
+    assert kept("decode_end", short, unit)[-1] == (96, ("decode_end",))  # after P_end: an output state
+
+
+def test_input_end_falls_back_to_prompt_end_when_the_template_cannot_expose_it():
+    assert kept("input_end", RequestBoundaries(95, None, 149)) == [
+        (64, ("prompt_end_block",)),
+        (80, ("prompt_end",)),
+    ]
+
+
+def test_chat_aware_takes_u_end_when_the_output_will_not_round_trip():
+    b = RequestBoundaries(95, 90, 149, round_trip=0.0)
+    assert kept("chat_aware", b) == [(64, ("prompt_end_block",)), (80, ("input_end",))]
+
+
+def test_chat_aware_spends_no_prompt_state_when_u_end_lands_on_the_twin():
+    b = RequestBoundaries(95, 70, 149, round_trip=0.0)  # U_end 70 -> 64 = the twin
+    # nothing is expected to pay; the one state goes to D_end (128), where a wrong verdict pays
+    assert kept("chat_aware", b) == [(64, ("prompt_end_block",)), (128, ("decode_end",))]
+    assert kept("chat_aware", RequestBoundaries(95, 70, None, round_trip=0.0)) == [
+        (64, ("prompt_end_block",))
+    ]
+    assert kept("chat_aware", RequestBoundaries(95, 70, 110, round_trip=0.0)) == [(64, ("prompt_end_block",))]
+
+
+def test_chat_aware_takes_d_end_where_it_materializes_past_p_end_and_p_end_where_it_does_not():
+    assert kept("chat_aware", RequestBoundaries(95, 90, 149, round_trip=1.0))[-1] == (128, ("decode_end",))
+    # D_end 120 has no decode state (its block floor is in the prompt): P_end stands in, at 80
+    assert kept("chat_aware", RequestBoundaries(95, 50, 120, round_trip=1.0))[-1] == (80, ("prompt_end",))
+
+
+def test_chat_aware_decides_a_prompt_side_stand_in_at_admission():
+    admission = decide("chat_aware", RequestBoundaries(95, 50, None, round_trip=1.0), G)
+    assert [(k.position, k.phase) for k in admission.keeps] == [(64, Phase.PREFILL), (80, Phase.PREFILL)]
+
+
+def test_horizon_keeps_the_deepest_position_at_or_before_the_horizon():
+    assert kept("horizon", RequestBoundaries(95, 70, 149, horizon=93))[-1] == (80, ("prompt_end",))
+    assert kept("horizon", RequestBoundaries(95, 70, 149, horizon=75)) == [
+        (64, ("input_end", "prompt_end_block"))
+    ]
+    assert kept("horizon", RequestBoundaries(95, 70, 149, horizon=140))[-1] == (128, ("decode_end",))
+    unit = EngineGeometry(64, 16, DecodeStates.UNIT)
+    assert kept("horizon", RequestBoundaries(95, 70, 149, horizon=140), unit)[-1] == (128, ("decode_end",))
+    assert kept("horizon", RequestBoundaries(95, 70, 149, horizon=149), unit)[-1] == (144, ("decode_end",))
+
+
+@given(
+    p_end=st.integers(1, 3000),
+    u_back=st.integers(0, 3000),
+    output=st.integers(0, 3000),
+    round_trip=st.sampled_from([None, 0.0, 0.5, 1.0]),
+    horizon=st.one_of(st.none(), st.integers(0, 7000)),
+    block=st.sampled_from([64, 528, 1056]),
+    units=st.sampled_from([1, 4, 16, None]),
+    states=st.sampled_from(list(DecodeStates)),
+    twin=st.booleans(),
+    variant=st.sampled_from(list(Variant)),
+)
+def test_every_decision_is_materializable_and_finish_adds_no_prefill_state(
+    p_end, u_back, output, round_trip, horizon, block, units, states, twin, variant
+):
+    unit = units or block
+    if block % unit:
+        unit = block
+    g = EngineGeometry(block, unit, states, twin)
+    u_end = max(p_end - u_back, 0)
+    admission = decide(variant, RequestBoundaries(p_end, u_end, None, round_trip, horizon), g)
+    finish = decide(variant, RequestBoundaries(p_end, u_end, p_end + output, round_trip, horizon), g)
+    check_phases(admission, finish)
+    for keep in (*admission.keeps, *finish.keeps):
+        assert keep.position > 0
+        if keep.phase is Phase.PREFILL:
+            assert keep.position < p_end and keep.position % unit == 0
+        else:
+            assert p_end <= keep.position <= p_end + output
+            assert keep.position % (block if states is DecodeStates.BLOCK else unit) == 0
+    if variant in (Variant.CHAT_AWARE, Variant.HORIZON, Variant.MAIN_SPARSE, Variant.INPUT_END):
+        assert len([k for k in finish.keeps if set(k.kinds) != {"prompt_end_block"}]) <= 1
+    if variant is Variant.HORIZON and horizon is not None:
+        deepest = max((k.position for k in finish.keeps if "prompt_end_block" not in k.kinds), default=0)
+        assert deepest <= max(horizon, 0) or deepest < p_end  # never beyond the horizon in the output
+
+
+def stream_request(**kw) -> StreamRequest:
+    fields = dict(
         rid=0,
         session="s",
         turn=0,
         tokens=array("I", range(150)),
         num_prompt_tokens=95,
-        u_end=u_end,
+        u_end=90,
         d_end=149,
         continuation=Continuation.FIRST,
-        tool_call=tool_call,
-        round_trip=round_trip,
     )
+    return StreamRequest(**(fields | kw))
 
 
-@pytest.mark.parametrize(
-    ("name", "expected"),
-    [
-        ("main_sparse", [(K.PROMPT_END, 95)]),
-        ("input_end", [(K.INPUT_END, 90)]),
-        ("decode_end", [(K.DECODE_END, 149)]),
-        ("both", [(K.INPUT_END, 90), (K.DECODE_END, 149)]),
-        ("chat_aware", [(K.INPUT_END, 90)]),
-    ],
-)
-def test_each_policy_names_its_endpoints(name, expected):
-    assert [(r.kind, r.logical) for r in policy(name).retain(request())] == expected
-
-
-def test_input_end_falls_back_to_prompt_end_when_the_template_cannot_expose_it():
-    assert [(r.kind, r.logical) for r in policy("input_end").retain(request(u_end=None))] == [
-        (K.PROMPT_END, 95)
-    ]
-
-
-def test_chat_aware_follows_the_verifier_and_otherwise_the_tool_call_rule():
-    aware = policy("chat_aware")
-    assert aware.retain(request(tool_call=True))[0].kind is K.DECODE_END
-    assert aware.retain(request(tool_call=True, round_trip=False))[0].kind is K.INPUT_END
-    assert aware.retain(request(tool_call=False, round_trip=True))[0].kind is K.DECODE_END
-    assert ChatAware(predictor=lambda r: False).retain(request(tool_call=True))[0].kind is K.INPUT_END
+def test_a_stream_request_reaches_the_policy_with_its_verdict_and_horizon():
+    r = stream_request(tool_call=True, horizon=120)
+    assert boundaries(r, finished=False) == RequestBoundaries(95, 90, None, 1.0, 120)
+    assert boundaries(r, finished=True).d_end == 149
+    assert boundaries(stream_request(tool_call=True, round_trip=False), finished=True).round_trip == 0.0
+    assert policy("chat_aware").finish(r, G) == decide("chat_aware", boundaries(r, finished=True), G)
 
 
 def test_an_unknown_policy_is_named_in_the_error():

@@ -13,7 +13,14 @@ import pytest
 
 import boundary
 from boundary.errors import RequestError
-from boundary.outputs import OutputStatus, RegionKind, format_output, output_format, parse_output
+from boundary.outputs import (
+    OutputStatus,
+    RegionKind,
+    format_output,
+    generation_suffix,
+    output_format,
+    parse_output,
+)
 from tests.support import FIXED_NOW, family, fixture_cases, shipped_variants
 
 
@@ -26,14 +33,17 @@ def _turns():
 
 
 def _normal(message: dict, *, reasoning: bool) -> dict:
-    out = {"content": message.get("content") or ""}
-    if reasoning and message.get("reasoning_content"):
-        out["reasoning_content"] = message["reasoning_content"]
-    out["calls"] = [
+    """The message's words and calls. The engine's parsers decide where reasoning ends and
+    content starts and keep the framing whitespace (a Qwen3 answer written without a think
+    block is reasoning; a family served without a reasoning parser keeps its think block in
+    content), so the text compared is reasoning and content together, tags and spacing aside."""
+    parts = [message.get("reasoning_content") if reasoning else None, message.get("content")]
+    words = " ".join(p.replace("<think>", " ").replace("</think>", " ") for p in parts if p).split()
+    calls = [
         (c["function"]["name"], json.loads(c["function"]["arguments"]))
         for c in message.get("tool_calls") or ()
     ]
-    return out
+    return {"text": " ".join(words), "calls": calls}
 
 
 @pytest.mark.parametrize(("name", "variant", "case", "index"), list(_turns()))
@@ -63,7 +73,15 @@ def test_a_formatted_turn_parses_back_to_the_message_it_was_written_from(name, v
         and not out.text.startswith(fmt.think.close_tag)
         and "</think>" not in prompt.text[prompt.input_end.char :]
     )
-    assert _normal(parsed.message, reasoning=writes_reasoning) == _normal(message, reasoning=writes_reasoning)
+    if name == "deepseek_v3" and variant == "v3" and "</think>" not in out.text + generation_suffix(prompt):
+        # served with deepseek_r1, a turn that never closes <think> is all reasoning
+        assert parsed.message == {"role": "assistant", "content": None, "reasoning_content": out.body}
+        return
+    if name == "mistral":
+        # the stand-in's [CALL_ID] is no special token: vLLM's mistral parser keeps it in the name
+        for call in parsed.tool_calls:
+            call["function"]["name"] = call["function"]["name"].split("[CALL_ID]")[0]
+    assert _normal(parsed.message, reasoning=True) == _normal(message, reasoning=writes_reasoning)
 
 
 def test_qwen3_5_writes_reasoning_after_the_prefilled_think_and_closes_it_as_its_template_does():
@@ -73,7 +91,8 @@ def test_qwen3_5_writes_reasoning_after_the_prefilled_think_and_closes_it_as_its
     out = format_output(fam, prompt, {"role": "assistant", "reasoning_content": "13*17.", "content": "No."})
     assert out.text == "13*17.\n</think>\n\nNo.<|im_end|>"
     parsed = parse_output(fam, out.text, prompt)
-    assert parsed.message == {"role": "assistant", "content": "No.", "reasoning_content": "13*17."}
+    # the engine's strings: the text between the tags, and after the closer, as written
+    assert parsed.message == {"role": "assistant", "content": "\n\nNo.", "reasoning_content": "13*17.\n"}
     assert parsed.prefill == "<think>\n"
     assert [r.kind for r in parsed.regions] == [RegionKind.REASONING, RegionKind.CONTENT, RegionKind.STOP]
 
@@ -112,6 +131,7 @@ def test_tool_call_arguments_are_written_exactly_as_given():
     )
     assert out.text == f'<tool_call>\n{{"name": "get_weather", "arguments": {args}}}\n</tool_call><|im_end|>'
     parsed = parse_output(fam, out.text, prompt)
+    # vLLM's hermes parser re-serializes them: the same JSON value, kept as the model wrote it
     assert parsed.tool_calls[0]["function"]["arguments"] == args
     arguments = next(r for r in parsed.regions if r.kind is RegionKind.ARGUMENTS)
     assert parsed.text[arguments.start : arguments.end] == args

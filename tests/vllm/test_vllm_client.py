@@ -5,10 +5,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from boundary_vllm.client import chat_request
-from boundary_vllm.hints import INPUT_END_KEY, PROMPT_END_KEY, HintStatus, decode_hints
+from boundary_vllm.client import UNBOUNDED_OUTPUT, chat_request
+from boundary_vllm.hints import (
+    HORIZON_KEY,
+    INPUT_END_KEY,
+    PROMPT_END_KEY,
+    ROUND_TRIP_KEY,
+    HintStatus,
+    decode_hints,
+)
 
 from boundary.datasets import tau_bench_airline
+from boundary.roundtrip import ClientHabits
 from tests.support import family
 
 MODEL = "Qwen/Qwen3.5-4B"
@@ -30,12 +38,31 @@ def test_the_body_carries_the_rendered_tokens_and_their_boundaries():
     req = request()
     r = req.rendering
     assert req.body["kv_transfer_params"] == {"prompt_token_ids": r.token_ids}
-    assert req.body["vllm_xargs"] == {INPUT_END_KEY: r.u_end, PROMPT_END_KEY: r.p_end}
+    # Qwen3.5 drops this turn's think block once a new user message arrives: the horizon is U_end
+    assert req.body["vllm_xargs"] == {
+        INPUT_END_KEY: r.u_end,
+        PROMPT_END_KEY: r.p_end,
+        ROUND_TRIP_KEY: 0.0,
+        HORIZON_KEY: r.u_end,
+    }
     assert r.u_end < r.p_end
     assert req.body["chat_template_kwargs"] == {"enable_thinking": True}  # for vLLM's reasoning parser
     assert req.body["messages"] == tau_bench_airline()[11][:4]
     assert req.body["model"] == MODEL and req.body["max_tokens"] == 64
     json.dumps(req.body)  # a plain JSON body
+
+
+def test_a_template_that_keeps_the_output_sends_an_output_horizon_and_a_round_trip():
+    messages = tau_bench_airline()[11][:4]
+    req = chat_request(
+        family("qwen3_6"),
+        messages,
+        model=MODEL,
+        template_kwargs={"preserve_thinking": True},
+        habits=ClientHabits(echo_reasoning=True),
+    )
+    assert req.body["vllm_xargs"][ROUND_TRIP_KEY] == 1.0
+    assert req.body["vllm_xargs"][HORIZON_KEY] == UNBOUNDED_OUTPUT
 
 
 def test_other_vllm_xargs_are_kept_beside_the_hints():

@@ -21,7 +21,8 @@ def test_d_end_excludes_the_trailing_stop_token_only():
     ("role", "decode_to_prefill", "status"),
     [
         (None, False, Consumability.CONSUMABLE),
-        ("kv_both", False, Consumability.CONSUMABLE),
+        ("kv_both", False, Consumability.NON_CONSUMABLE),  # a prefill/decode pair may use kv_both
+        ("kv_both", True, Consumability.CONSUMABLE),
         ("kv_consumer", False, Consumability.NON_CONSUMABLE),
         ("kv_producer", False, Consumability.NON_CONSUMABLE),
         ("kv_consumer", True, Consumability.CONSUMABLE),
@@ -37,4 +38,4 @@ def test_d_end_is_non_consumable_when_disaggregated_without_a_decode_to_prefill_
     assert availability.status is status
     assert availability.reason
     if status is Consumability.NON_CONSUMABLE:
-        assert role in availability.reason and "decode->prefill" in availability.reason
+        assert role in availability.reason and "decode_to_prefill" in availability.reason

@@ -1,10 +1,12 @@
-"""Fidelity: the experiment harness's cache model (``boundary.cache``) and vLLM 0.33.0's real
-KV-cache manager, fed the same request streams, agree on every request's joint hit.
+"""Fidelity: the experiment's cache model (``boundary.cache``) and vLLM 0.33.0's real scheduler and
+KV-cache manager, running the same policy decisions (``boundary.retention_policy``) on the same
+request streams, agree on every request's joint hit — for every variant, at vLLM's align-mode
+block sizes and at the units one would run.
 
 vLLM side: ``boundary_vllm.replay`` (the boundary scheduler over the real ``Scheduler`` and
-``KVCacheManager``). Model side: ``HybridPrefixCache`` with the same geometry and no capacity
-limit (the replay's block pool never evicts on these streams), retaining P_end always and U_end
-/ D_end as the policy asks.
+``KVCacheManager``, hints in ``vllm_xargs`` as the chat endpoint delivers them). Model side:
+``HybridPrefixCache`` with the same geometry, admission and finish decisions from the same
+hints. Neither side's numbers are compared with themselves: the expected values are vLLM's.
 """
 
 from __future__ import annotations
@@ -15,19 +17,16 @@ from functools import cache
 import pytest
 from boundary_vllm.decode_end import committed_end
 from boundary_vllm.replay import EngineShape, ReplayRequest, replay
-from boundary_vllm.settings import Policy
 
-from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher, Retain
-from boundary.checkpoints import CheckpointKind
-from tests.vllm.streams import BLOCK, turn, turns
+from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
+from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide
+from tests.vllm.streams import shared, turn, turns
 
-pytestmark = pytest.mark.vllm
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 STREAMS = {
     # one session: reasoning turns, tool loops, a user turn after a tool loop
     "session": lambda: turns(11),
-    # another session, whose first continuation keeps P_end reachable
-    "session-2": lambda: turns(0),
     # four conversations sharing the airline policy prompt: a reactive junction
     "junction": lambda: tuple(turn(c, 2) for c in (0, 1, 2, 3)),
     # two sessions interleaved
@@ -37,45 +36,64 @@ STREAMS = {
 
 @cache
 def stream(name: str) -> tuple[ReplayRequest, ...]:
-    return tuple(ReplayRequest.from_turn(t) for t in STREAMS[name]())
+    """The turns with the policy hints a frontend would send: the round-trip verdict (here the
+    tool-loop rule) and a horizon (here how far the next request of the session really shares)."""
+    ts = STREAMS[name]()
+    out = []
+    for t in ts:
+        later = next(
+            (n for n in ts if n.index > t.index and n.prompt.token_ids[:10] == t.prompt.token_ids[:10]), None
+        )
+        horizon = shared(t.tokens, later.prompt.token_ids) if later is not None else t.prompt.u_end
+        base = ReplayRequest.from_turn(t)
+        out.append(
+            ReplayRequest(
+                base.prompt_token_ids,
+                base.output_token_ids,
+                base.input_end,
+                base.stop_token_ids,
+                round_trip=1.0 if t.next_role == "tool" else 0.0,
+                horizon=horizon,
+            )
+        )
+    return tuple(out)
 
 
-def model_hits(requests: tuple[ReplayRequest, ...], policy: Policy, unit: int) -> list[int]:
+def model_hits(requests: tuple[ReplayRequest, ...], variant: Variant, block: int, unit: int) -> list[int]:
     geometry = CacheGeometry(
-        block_size=BLOCK, unit=unit, page_bytes=4096, group_size=1, attention_groups=1, recurrent_groups=1
+        block_size=block, unit=unit, page_bytes=4096, group_size=1, attention_groups=1, recurrent_groups=1
     )
+    engine = EngineGeometry(block, unit)
     model = HybridPrefixCache(CacheConfig(geometry, capacity_bytes=float("inf")))
     hasher = PrefixHasher(unit)
     joint = []
     for rid, r in enumerate(requests):
-        prompt = len(r.prompt_token_ids)
-        retain = [Retain(CheckpointKind.PROMPT_END, prompt)]
-        if policy.retains(CheckpointKind.INPUT_END) and r.input_end is not None:
-            retain.append(Retain(CheckpointKind.INPUT_END, r.input_end))
-        if policy.retains(CheckpointKind.DECODE_END):
-            d_end = committed_end(prompt, r.output_token_ids, set(r.stop_token_ids))
-            retain.append(Retain(CheckpointKind.DECODE_END, d_end))
-        request = CacheRequest.from_tokens(rid, [*r.prompt_token_ids, *r.output_token_ids], prompt, hasher)
-        joint.append(model.admit(request, retain, now=float(rid)).hit.joint)
-        model.finish(rid, now=rid + 0.5)
-    model.check_invariants()
+        n = len(r.prompt_token_ids)
+        tokens = [*r.prompt_token_ids, *r.output_token_ids]
+        d_end = max(min(committed_end(n, r.output_token_ids, set(r.stop_token_ids)), len(tokens) - 1), n)
+        b = RequestBoundaries(n, r.input_end, None, r.round_trip, r.horizon)
+        request = CacheRequest.from_tokens(rid, tokens, n, hasher)
+        joint.append(model.admit(request, decide(variant, b, engine), now=float(rid)).hit.joint)
+        final = decide(variant, RequestBoundaries(n, r.input_end, d_end, r.round_trip, r.horizon), engine)
+        model.finish(rid, now=rid + 0.5, decision=final)
+        model.check_invariants()
     return joint
 
 
-CASES = [(name, BLOCK, policy) for name in STREAMS for policy in Policy] + [
-    # Sub-block hits: vLLM keeps D_end only block-aligned (a decode state exists at a unit
-    # boundary only for the one step that computes it), so those policies are compared at the block.
-    (name, 4, policy)
-    for name in STREAMS
-    for policy in (Policy.MAIN_SPARSE, Policy.INPUT_END)
+GEOMETRIES = [(528, 528), (528, 16), (1088, 64)]  # align-mode blocks and the units one runs them with
+CASES = [(name, block, unit, v) for name in STREAMS for block, unit in GEOMETRIES for v in Variant] + [
+    # at block 2096 only the long session reaches a second block: the shorter streams reuse nothing
+    ("session", 2096, 2096, v)
+    for v in Variant
 ]
 
 
 @pytest.mark.parametrize(
-    ("name", "unit", "policy"), CASES, ids=[f"{n}-unit{u}-{p.value}" for n, u, p in CASES]
+    ("name", "block", "unit", "variant"), CASES, ids=[f"{n}-b{b}-u{u}-{v.value}" for n, b, u, v in CASES]
 )
-def test_the_cache_model_and_vllm_agree_on_every_joint_hit(name, unit, policy):
+def test_the_cache_model_and_vllm_agree_on_every_joint_hit(name, block, unit, variant):
     requests = stream(name)
-    vllm = [o.hit_tokens for o in replay(requests, EngineShape(policy=policy, prefix_match_unit=unit))]
-    assert vllm == model_hits(requests, policy, unit)
+    shape = EngineShape(block_size=block, prefix_match_unit=unit, policy=variant, max_num_batched_tokens=8192)
+    vllm = [o.hit_tokens for o in replay(requests, shape)]
+    assert vllm == model_hits(requests, variant, block, unit)
     assert any(vllm)  # the stream exercises reuse at all

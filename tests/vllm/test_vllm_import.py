@@ -30,3 +30,15 @@ def test_a_missing_vllm_is_refused_only_where_the_engine_side_needs_it():
     with pytest.raises(VllmVersionError, match="not installed"):
         check_vllm(None, required=True)
     check_vllm(VLLM_VERSION, required=True)
+
+
+def test_a_frontend_with_another_vllm_builds_requests_and_only_the_engine_side_refuses():
+    code = (
+        "import importlib.metadata as m; real = m.version; "
+        "m.version = lambda name: '0.34.0' if name == 'vllm' else real(name); "
+        "import boundary_vllm, boundary_vllm.client, boundary_vllm.hints\n"
+        "try:\n    import boundary_vllm.scheduler\nexcept boundary_vllm.VllmVersionError as e:\n"
+        "    print('refused:', e)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "refused: boundary_vllm is pinned to vllm==0.33.0" in done.stdout

@@ -104,10 +104,11 @@ def test_only_the_aligned_decode_end_state_outlives_the_request():
     run = Replay(shape(Policy.DECODE_END))
     run.run(ReplayRequest.from_turn(a))
     retention = run.scheduler.boundary_retention
-    kept = {kind.value: 0 for kind in retention.ledger.values()}
-    for kind in retention.ledger.values():
-        kept[kind.value] += 1
-    assert kept == {"prompt_end": 1, "decode_end": 1}  # the tentative decode states were released
+    kept: dict[str, int] = {}
+    for entry in retention.ledger.values():
+        kept[entry.kind.value] = kept.get(entry.kind.value, 0) + 1
+    # the tentative decode states were released; decode_end does not keep P_end, only its twin
+    assert kept == {"prompt_end_block": 1, "decode_end": 1}
     d_end = len(a.tokens) - 1
     assert run.counters.retained_bytes["decode_end"] == run.counters.created_bytes["decode_end"] > 0
     assert retention.plans == {}

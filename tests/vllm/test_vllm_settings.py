@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from boundary_vllm.settings import IntegrationSettings, Policy, SettingsError, read_settings
 
-from boundary.checkpoints import CheckpointKind
+from boundary.retention_policy import Variant
 
 
 def test_the_default_policy_keeps_both_checkpoints():
@@ -13,17 +13,11 @@ def test_the_default_policy_keeps_both_checkpoints():
     assert settings == IntegrationSettings() and settings.policy is Policy.BOTH
 
 
-def test_each_policy_retains_exactly_its_kinds():
-    retained = {
-        p: {k for k in (CheckpointKind.INPUT_END, CheckpointKind.DECODE_END) if p.retains(k)} for p in Policy
-    }
-    assert retained == {
-        Policy.MAIN_SPARSE: set(),
-        Policy.INPUT_END: {CheckpointKind.INPUT_END},
-        Policy.DECODE_END: {CheckpointKind.DECODE_END},
-        Policy.BOTH: {CheckpointKind.INPUT_END, CheckpointKind.DECODE_END},
-    }
-    assert not any(p.retains(k) for p in Policy for k in (CheckpointKind.PROMPT_END, CheckpointKind.REACTIVE))
+def test_every_variant_of_the_policy_module_is_a_setting():
+    for variant in Variant:
+        assert read_settings({"boundary": {"policy": variant.value}}).policy is variant
+    assert Policy is Variant  # one vocabulary: the plugin runs the policy module's variants
+    assert read_settings({"boundary": {"upstream_twin": False}}).upstream_twin is False
 
 
 def test_settings_come_from_the_boundary_key():

@@ -10,7 +10,9 @@ Outputs come from ``boundary.outputs.format_output``: the message written the wa
 model emits it (reasoning, content, tool calls in the family's native syntax, stop token),
 tokenized as generated text. Each request also carries the round-trip verifier's prediction,
 made without the next request (``Family.verify_round_trip`` with the client's habit of
-echoing reasoning or not): the input ``chat_aware`` decides on.
+echoing reasoning or not): the input ``chat_aware`` decides on, and the stability horizon
+(``boundary.horizon.stability_horizon`` over the parsed output, same habits): the input
+``horizon`` decides on.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from boundary.errors import BoundaryError, RequestError
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.script import ClientBehaviour, Message, SessionScript, client_history
 from boundary.family import Family
-from boundary.outputs import format_output
+from boundary.horizon import active_rewrites, stability_horizon, trigger_of
+from boundary.outputs import format_output, parse_output
 from boundary.roundtrip import ClientHabits
 
 
@@ -97,6 +100,41 @@ def predicted_round_trip(
     return verdict.round_trips
 
 
+def predicted_horizon(
+    fam: Family,
+    prompt: Rendering,
+    history: Sequence[Message],
+    generated: Sequence[int],
+    tools: Any,
+    client: ClientBehaviour,
+    render: dict[str, Any],
+) -> int | None:
+    """The stability horizon of this turn for the *next* request: ``boundary.horizon`` predicts
+    what every later request keeps; a tool-call output is continued by tool results, before any
+    new user message, so the rewrites a new user message triggers do not limit the next request.
+    None when it cannot be predicted."""
+    kwargs = {k: v for k, v in render.items() if k != "variant"}
+    try:
+        parsed = parse_output(fam, list(generated), prompt, tools=tools, variant=render.get("variant"))
+        horizon = stability_horizon(
+            fam,
+            prompt,
+            list(generated),
+            parsed,
+            history,
+            habits=ClientHabits(echo_reasoning=client == "kept"),
+            variant=render.get("variant"),
+            template_kwargs=kwargs,
+        )
+    except BoundaryError:
+        return None
+    if not parsed.tool_calls:
+        return horizon.position
+    triggers = {r.kind: trigger_of(r) for r in active_rewrites(fam, kwargs)}
+    limits = [lim.position for lim in horizon.limits if triggers.get(lim.rewrite) != "new_user_message"]
+    return min(limits, default=len(prompt.token_ids) + len(generated))
+
+
 @dataclass(frozen=True, slots=True)
 class RenderedSession:
     requests: list[StreamRequest]
@@ -131,6 +169,7 @@ def render_session(
             continue
         n = len(prompt.token_ids)
         round_trip = predicted_round_trip(fam, history, out.token_ids, script.tools, client, render)
+        horizon = predicted_horizon(fam, prompt, history, out.token_ids, script.tools, client, render)
         tokens = array("I", prompt.token_ids)
         tokens.extend(out.token_ids)
         turn = len(requests)
@@ -150,6 +189,7 @@ def render_session(
                 continuation=continuation,
                 tool_call=bool(message.get("tool_calls")),
                 round_trip=round_trip,
+                horizon=horizon,
             )
         )
     return RenderedSession(requests, skipped)

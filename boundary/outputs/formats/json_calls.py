@@ -11,22 +11,27 @@
 - mistral: ``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`` per call.
 
 Arguments are written exactly as given and read back as the exact text between the
-syntax's delimiters (checked to be one JSON object).
+syntax's delimiters (checked to be one JSON object). Kimi and Mistral arguments are then
+typed by the tool's schema as vLLM's engine parsers type them (``typed_arguments``: the
+text as written unless a value changes type).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from boundary.outputs.arguments import (
     WHITESPACE,
     JSONTextError,
+    arguments_object,
     array_items,
     object_members,
     skip_whitespace,
+    typed_arguments,
 )
 from boundary.outputs.formats.base import CallContext, CallsRead, ReadCall
 from boundary.outputs.formats.framed import CallFrame, Framing, Section
@@ -53,8 +58,11 @@ def _framed_object_call(
     return ReadCall(name, block[a:b], call_id, frame.start, frame.end, a, b)
 
 
-def _name_and_arguments(text: str, start: int, index: int) -> tuple[str, int, int, int] | str:
-    """``{"name": ..., "arguments": {...}}`` at ``start``: name, arguments span, end; or a problem."""
+def _name_and_arguments(
+    text: str, start: int, index: int, *, encoded: bool = False
+) -> tuple[str, int, int, int] | str:
+    """``{"name": ..., "arguments": {...}}`` at ``start``: name, arguments span, end; or a problem.
+    ``encoded``: the arguments may also be a string holding a JSON object's text."""
     try:
         members, end = object_members(text, start)
     except JSONTextError as exc:
@@ -64,6 +72,12 @@ def _name_and_arguments(text: str, start: int, index: int) -> tuple[str, int, in
     args = by_key.get("arguments", by_key.get("parameters"))
     if name is None or not isinstance(name.value, str) or not name.value:
         return f"tool call {index}: no function name"
+    if args is not None and encoded and isinstance(args.value, str):
+        try:
+            arguments_object(args.value)
+        except JSONTextError:
+            return f"tool call {index}: arguments are not a JSON object"
+        return name.value, args.start, args.end, end
     if args is None or not isinstance(args.value, dict):
         return f"tool call {index}: arguments are not a JSON object"
     return name.value, args.start, args.end, end
@@ -77,6 +91,7 @@ class HermesJson:
     between: str = "\n"
     after: str = ""
     close: str = "</tool_call>"
+    malformed_as_text: bool = True  # a block that does not parse is returned as content
 
     def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
         return between.join(
@@ -104,28 +119,39 @@ class NemotronToolcall:
     between: str = ", "
     after: str = ""
     close: str = "</TOOLCALL>"
+    malformed_as_text: bool = True  # a block that does not parse is returned as content
 
     def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
         items = between.join(f'{{"name": "{c.name}", "arguments": {c.arguments}}}' for c in calls)
         return f"{self.start}[{items}]{self.close}"
 
     def read(self, block: str, context: CallContext) -> CallsRead:
+        """A JSON array of calls, or one bare call object; ``arguments`` an object or the
+        JSON text of one (as NVIDIA's ``nemotron_json`` parser accepts them)."""
         close = block.find(self.close)
         if close < 0:
             return CallsRead([], 0, "the tool-call list is never closed", unclosed=True)
+        first = skip_whitespace(block, len(self.start))
         try:
-            items, end = array_items(block[:close], len(self.start))
+            if block.startswith("{", first):
+                _, end = object_members(block[:close], first)
+                items = [(first, end)]
+            else:
+                items, end = array_items(block[:close], len(self.start))
         except JSONTextError as exc:
             return CallsRead([], 0, f"the tool-call list is not a JSON array ({exc})")
         if skip_whitespace(block, end) != close:
             return CallsRead([], 0, "text after the tool-call list")
         calls = []
         for i, (a, b) in enumerate(items):
-            found = _name_and_arguments(block[:b], a, i)
+            found = _name_and_arguments(block[:b], a, i, encoded=True)
             if isinstance(found, str):
                 return CallsRead(calls, 0, found)
             name, args_a, args_b, _ = found
-            calls.append(ReadCall(name, block[args_a:args_b], None, a, b, args_a, args_b))
+            arguments = block[args_a:args_b]
+            if arguments.startswith('"'):
+                arguments = json.loads(arguments)  # arguments written as the JSON text of an object
+            calls.append(ReadCall(name, arguments, None, a, b, args_a, args_b))
         return CallsRead(calls, close + len(self.close))
 
 
@@ -163,7 +189,8 @@ class KimiSections:
         call_id = block[frame.start + len(self.call_open) : frame.sep].strip()
         m = _KIMI_ID.match(call_id)
         name = m.group("name") if m else call_id.split(":")[0].removeprefix("functions.")
-        return _framed_object_call(block, frame, name, call_id, frame.sep + len(self.args_open), frame.close)
+        found = _framed_object_call(block, frame, name, call_id, frame.sep + len(self.args_open), frame.close)
+        return _typed(found, context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +239,14 @@ class DeepSeekV3:
         )
 
 
+def _typed(call: ReadCall | str, context: CallContext) -> ReadCall:
+    """``call`` with its arguments typed by its tool's schema (a problem passes through)."""
+    if isinstance(call, str):
+        return call  # type: ignore[return-value]
+    arguments = typed_arguments(call.arguments, context.parameter_types.get(call.name))
+    return call if arguments == call.arguments else replace(call, arguments=arguments)
+
+
 _MISTRAL_ID = re.compile(r"^[A-Za-z0-9]{9}$")
 
 
@@ -242,8 +277,12 @@ class MistralCalls:
             try:
                 a, b = _object_span(block, args_at + len("[ARGS]"), len(block[:end].rstrip(WHITESPACE)))
             except JSONTextError as exc:
-                return CallsRead(calls, at, f"tool call {i}: arguments are not a JSON object ({exc})")
-            calls.append(ReadCall(name.strip(), block[a:b], call_id.strip() or None, at, b, a, b))
+                # the JSON runs to the end of the turn: it may just be cut off
+                cut = i + 1 == len(starts) and exc.pos >= len(block.rstrip(WHITESPACE))
+                problem = f"tool call {i}: arguments are not a JSON object ({exc})"
+                return CallsRead(calls, at, problem, unclosed=cut)
+            call = ReadCall(name.strip(), block[a:b], call_id.strip() or None, at, b, a, b)
+            calls.append(_typed(call, context))
         return CallsRead(calls, calls[-1].end if calls else 0)
 
 

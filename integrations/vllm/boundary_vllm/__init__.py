@@ -5,19 +5,21 @@ OpenAI-compatible chat body that sends vLLM exactly those tokens
 (``kv_transfer_params["prompt_token_ids"]``) plus the U_end / P_end hints (``vllm_xargs``).
 
 Engine side (``--scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler``): see
-``boundary_vllm.scheduler``. It extends non-public vLLM classes, so importing this package
-with any vLLM other than the pinned version fails here, with the reason.
+``boundary_vllm.scheduler``. It extends non-public vLLM classes, so importing the engine side
+(``boundary_vllm.scheduler``, ``boundary_vllm.retention``, ``boundary_vllm.replay``) with any
+vLLM other than the pinned version fails there, with the reason; the frontend side works with
+any vLLM or none.
 """
 
 from boundary_vllm.client import ChatRequest, chat_request, post_chat
-from boundary_vllm.hints import INPUT_END_KEY, PROMPT_END_KEY
-from boundary_vllm.pin import VLLM_VERSION, VllmVersionError, check_vllm, installed_vllm
-
-check_vllm(installed_vllm(), required=False)
+from boundary_vllm.hints import HORIZON_KEY, INPUT_END_KEY, PROMPT_END_KEY, ROUND_TRIP_KEY
+from boundary_vllm.pin import VLLM_VERSION, VllmVersionError
 
 __all__ = [
+    "HORIZON_KEY",
     "INPUT_END_KEY",
     "PROMPT_END_KEY",
+    "ROUND_TRIP_KEY",
     "VLLM_VERSION",
     "ChatRequest",
     "VllmVersionError",

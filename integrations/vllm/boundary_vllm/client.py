@@ -7,7 +7,12 @@
 The body is an ordinary ``/v1/chat/completions`` request. ``kv_transfer_params.prompt_token_ids``
 makes vLLM skip its own templating and tokenization but still run its reasoning and tool-call
 parsers on the output (the messages, tools and ``chat_template_kwargs`` are sent for them);
-``vllm_xargs`` carries U_end and P_end to the scheduler. Nothing here imports vLLM.
+``vllm_xargs`` carries U_end and P_end to the scheduler, and the inputs of the ``chat_aware``
+and ``horizon`` policies: the stability horizon predicted from the prompt (``boundary.horizon``
+with no output yet: where the history rewrites the family is known for will cut the next
+request) and the round-trip expectation that follows from it (1 when the horizon reaches past
+P_end, so the output is expected to stay in history; the engine caps the horizon at D_end).
+Nothing here imports vLLM.
 """
 
 from __future__ import annotations
@@ -19,8 +24,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from boundary.boundaries import Rendering
+from boundary.errors import BoundaryError
 from boundary.family import Family
+from boundary.horizon import stability_horizon
+from boundary.outputs import parse_output
+from boundary.roundtrip import ClientHabits
 from boundary_vllm.hints import encode_hints
+
+UNBOUNDED_OUTPUT = 1 << 30  # a horizon past P_end: the output may stay; the engine caps it at D_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,10 +50,12 @@ def chat_request(
     model: str,
     variant: str | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
+    habits: ClientHabits | None = None,
     **params: Any,
 ) -> ChatRequest:
     """Render ``messages`` once and build the request. ``params`` are further body fields
-    (``max_tokens``, ``temperature``, ``stream``...)."""
+    (``max_tokens``, ``temperature``, ``stream``...); ``habits``: whether this client sends
+    reasoning back (default: it does not), which the horizon depends on."""
     kwargs = dict(template_kwargs or {})
     rendering = family.render(messages, tools, add_generation_prompt=True, variant=variant, **kwargs)
     body: dict[str, Any] = {
@@ -51,7 +64,13 @@ def chat_request(
         "kv_transfer_params": {"prompt_token_ids": list(rendering.token_ids)},
         **params,
     }
-    hints = encode_hints(rendering.u_end, rendering.p_end)
+    horizon = predicted_horizon(family, rendering, messages, habits, variant, kwargs)
+    hints = encode_hints(
+        rendering.u_end,
+        rendering.p_end,
+        round_trip=None if horizon is None else float(horizon >= rendering.p_end),
+        horizon=None if horizon is None else horizon if horizon < rendering.p_end else UNBOUNDED_OUTPUT,
+    )
     if hints:
         body["vllm_xargs"] = {**body.get("vllm_xargs", {}), **hints}
     if tools:
@@ -59,6 +78,31 @@ def chat_request(
     if kwargs:
         body["chat_template_kwargs"] = kwargs
     return ChatRequest(body, rendering)
+
+
+def predicted_horizon(
+    family: Family,
+    rendering: Rendering,
+    messages: Sequence[Mapping[str, Any]],
+    habits: ClientHabits | None,
+    variant: str | None,
+    template_kwargs: Mapping[str, Any],
+) -> int | None:
+    """The stability horizon of the request before any output exists (None: not predicted)."""
+    try:
+        parsed = parse_output(family, [], rendering, variant=variant)
+        return stability_horizon(
+            family,
+            rendering,
+            [],
+            parsed,
+            messages,
+            habits=habits or ClientHabits(echo_reasoning=False),
+            variant=variant,
+            template_kwargs=template_kwargs,
+        ).position
+    except BoundaryError:
+        return None
 
 
 def post_chat(

@@ -27,7 +27,8 @@ class CheckpointCounters:
     created_bytes: Counter[str] = field(default_factory=Counter)  # kind -> bytes of state retained
     hits: Counter[str] = field(default_factory=Counter)  # kind | MISS | UNTRACKED -> admissions
     hit_tokens: Counter[str] = field(default_factory=Counter)  # kind -> prompt tokens served from cache
-    forced_splits: int = 0  # prefill chunks ended early so a U_end state exists
+    forced_splits: int = 0  # prefill chunks ended early so a kept state exists
+    dropped: int = 0  # prompt-side states a finish decision no longer kept (chat_aware / horizon)
     hints: Counter[str] = field(default_factory=Counter)  # HintStatus / "derived" -> requests
     retained_bytes: dict[str, int] = field(default_factory=dict)  # kind -> bytes held right now
 
@@ -48,6 +49,7 @@ class CheckpointCounters:
             Counter(self.hits),
             Counter(self.hit_tokens),
             self.forced_splits,
+            self.dropped,
             Counter(self.hints),
             dict(self.retained_bytes),
         )
@@ -58,7 +60,8 @@ class CheckpointCounters:
 
         return (
             f"checkpoints created: {fmt(self.created)}; hits: {fmt(self.hits)}; "
-            f"forced splits: {self.forced_splits}; retained bytes: {fmt(self.retained_bytes)}; "
+            f"forced splits: {self.forced_splits}; dropped at finish: {self.dropped}; "
+            f"retained bytes: {fmt(self.retained_bytes)}; "
             f"hints: {fmt(self.hints)}"
         )
 

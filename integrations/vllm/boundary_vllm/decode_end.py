@@ -40,14 +40,12 @@ class DecodeEndAvailability:
 
 def decode_end_availability(kv_transfer_config: Any, *, decode_to_prefill: bool) -> DecodeEndAvailability:
     """Decode-end states live where decode ran; they help only if the next prefill runs there too
-    (or a KV path carries them back). ``kv_transfer_config`` is vLLM's ``KVTransferConfig`` or None."""
+        (or a KV path carries them back). ``kv_transfer_config`` is vLLM's ``KVTransferConfig`` or None.
+    Under any connector role, ``kv_both`` included, that is a setting (``decode_to_prefill``),
+    never assumed."""
     if kv_transfer_config is None or not kv_transfer_config.is_kv_transfer_instance:
         return DecodeEndAvailability(Consumability.CONSUMABLE, "prefill and decode run on this engine")
     role = kv_transfer_config.kv_role
-    if role == "kv_both":
-        return DecodeEndAvailability(
-            Consumability.CONSUMABLE, "kv_both: this engine both prefills and decodes"
-        )
     if decode_to_prefill:
         return DecodeEndAvailability(
             Consumability.CONSUMABLE, f"{role}: a decode->prefill KV path is configured (decode_to_prefill)"
@@ -56,6 +54,8 @@ def decode_end_availability(kv_transfer_config: Any, *, decode_to_prefill: bool)
         "decode runs on another instance"
         if role == "kv_producer"
         else "the next prefill runs on another instance"
+        if role == "kv_consumer"
+        else "a prefill/decode pair can be configured with kv_both, so the next prefill may run elsewhere"
     )
     return DecodeEndAvailability(
         Consumability.NON_CONSUMABLE,

@@ -16,6 +16,8 @@ from typing import Any
 INPUT_END_KEY = "boundary_input_end"
 PROMPT_END_KEY = "boundary_prompt_end"
 POLICY_KEY = "boundary_policy"  # optional; honoured only where the engine allows per-request policies
+ROUND_TRIP_KEY = "boundary_round_trip"  # optional: probability (0..1) that the output round-trips
+HORIZON_KEY = "boundary_horizon"  # optional: the stability horizon (the engine caps it at D_end)
 
 
 class HintStatus(StrEnum):
@@ -27,23 +29,35 @@ class HintStatus(StrEnum):
 @dataclass(frozen=True, slots=True)
 class CheckpointHints:
     """What one request asked for. ``input_end`` is set only when ``status`` is ACCEPTED;
-    ``policy`` is a policy name the request asked for, if any."""
+    ``policy`` is a policy name the request asked for, if any; ``round_trip`` and ``horizon``
+    are the inputs of ``chat_aware`` and ``horizon`` (None: not sent)."""
 
     status: HintStatus
     input_end: int | None = None
     reason: str | None = None
     policy: str | None = None
+    round_trip: float | None = None
+    horizon: int | None = None
 
 
 def encode_hints(
-    input_end: int | None, prompt_end: int, *, policy: str | None = None
-) -> dict[str, int | str]:
+    input_end: int | None,
+    prompt_end: int,
+    *,
+    policy: str | None = None,
+    round_trip: float | None = None,
+    horizon: int | None = None,
+) -> dict[str, int | float | str]:
     """The ``vllm_xargs`` entries for a rendered prompt (none when U_end is unavailable)."""
     if input_end is None:
         return {}
-    hints: dict[str, int | str] = {INPUT_END_KEY: int(input_end), PROMPT_END_KEY: int(prompt_end)}
+    hints: dict[str, int | float | str] = {INPUT_END_KEY: int(input_end), PROMPT_END_KEY: int(prompt_end)}
     if policy is not None:
         hints[POLICY_KEY] = policy
+    if round_trip is not None:
+        hints[ROUND_TRIP_KEY] = float(round_trip)
+    if horizon is not None:
+        hints[HORIZON_KEY] = int(horizon)
     return hints
 
 
@@ -71,7 +85,19 @@ def decode_hints(
         return _rejected(
             f"vllm_xargs.{INPUT_END_KEY}: {input_end} is outside the prompt (1..{num_prompt_tokens})"
         )
-    return CheckpointHints(HintStatus.ACCEPTED, input_end=input_end, policy=policy)
+    round_trip = extra_args.get(ROUND_TRIP_KEY)
+    if round_trip is not None and (type(round_trip) not in (int, float) or not 0 <= round_trip <= 1):
+        return _rejected(f"vllm_xargs.{ROUND_TRIP_KEY}: expected a probability in [0, 1], got {round_trip!r}")
+    horizon = extra_args.get(HORIZON_KEY)
+    if horizon is not None and (type(horizon) is not int or horizon < 0):
+        return _rejected(f"vllm_xargs.{HORIZON_KEY}: expected a non-negative int, got {horizon!r}")
+    return CheckpointHints(
+        HintStatus.ACCEPTED,
+        input_end=input_end,
+        policy=policy,
+        round_trip=None if round_trip is None else float(round_trip),
+        horizon=horizon,
+    )
 
 
 def _rejected(reason: str) -> CheckpointHints:

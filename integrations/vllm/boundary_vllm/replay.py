@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (the vLLM version is checked before vLLM is imported)
 """Replay request streams through vLLM's real scheduler and KV-cache manager, without a model.
 
 A small hybrid KV-cache layout (one full-attention group, one Mamba group in align mode,
@@ -12,6 +13,10 @@ lengths and flags from it); the hybrid part is the hand-built ``KVCacheConfig``.
 """
 
 from __future__ import annotations
+
+from boundary_vllm.pin import check_vllm, installed_vllm
+
+check_vllm(installed_vllm(), required=True)  # drives non-public vLLM classes
 
 import json
 import tempfile
@@ -72,6 +77,7 @@ class EngineShape:
     mamba_layers: int = 3  # 0: no Mamba group (a plain attention model)
     mamba_state_shapes: tuple[tuple[int, ...], ...] = ((3, 512), (8, 64, 64))  # conv state, recurrent state
     attention_layers: int = 1
+    exported_checkpoints: bool = False  # the kernels export the prompt checkpoint (GDN on FlashInfer)
     settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]`` keys
 
 
@@ -84,6 +90,8 @@ class ReplayRequest:
     input_end: int | None = None
     stop_token_ids: tuple[int, ...] = ()
     policy: Policy | None = None  # a per-request policy (the engine must allow ``request_policy``)
+    round_trip: float | None = None
+    horizon: int | None = None
 
     def __post_init__(self) -> None:
         if not self.output_token_ids:
@@ -148,7 +156,13 @@ class Replay:
         """The vLLM request for ``item``, hints in ``extra_args`` as the chat endpoint puts them."""
         self._count += 1
         policy = None if item.policy is None else item.policy.value
-        hints = encode_hints(item.input_end, len(item.prompt_token_ids), policy=policy)
+        hints = encode_hints(
+            item.input_end,
+            len(item.prompt_token_ids),
+            policy=policy,
+            round_trip=item.round_trip,
+            horizon=item.horizon,
+        )
         params = SamplingParams(
             max_tokens=len(item.output_token_ids),
             stop_token_ids=list(item.stop_token_ids),
@@ -244,6 +258,10 @@ def _kv_cache_config(shape: EngineShape, retention_interval: int | None) -> KVCa
         shapes=shape.mamba_state_shapes,
         dtypes=(torch.bfloat16,) + (torch.float32,) * (len(shape.mamba_state_shapes) - 1),
         mamba_cache_mode="align",
+        num_prefill_checkpoint_blocks=int(shape.exported_checkpoints),
+        prefill_checkpoint_alignment=(shape.prefix_match_unit or shape.block_size)
+        if shape.exported_checkpoints
+        else None,
     )
     return KVCacheConfig(
         num_blocks=shape.num_blocks,

@@ -1,43 +1,61 @@
-"""Which recurrent states vLLM keeps, extended by boundary's checkpoints.
+# ruff: noqa: E402  (the vLLM version is checked before vLLM is imported)
+"""Which recurrent states vLLM keeps, decided by boundary's retention policy.
 
-At ``prefix_cache_retention_interval=0`` each Mamba manager hashes (keeps) only the state
-blocks at the ``replay_boundaries`` the coordinator passes (P_end) and at the request's
-``shared_prefix_boundary`` (a reactive junction); every other state block is recycled.
-``CheckpointRetention`` wraps each Mamba manager's ``cache_blocks`` to pass two more
-boundaries for requests that carry checkpoints:
+At ``prefix_cache_retention_interval=0`` each Mamba manager keeps (hashes) only the state
+blocks at the ``replay_boundaries`` the coordinator passes (P_end, whose block floor is the
+*twin*) and at the request's ``shared_prefix_boundary`` (a reactive junction), plus, with
+sub-block hits, P_end's unit-aligned tail (a partial entry). For a request that carries hints,
+``CheckpointRetention`` executes ``boundary.retention_policy.decide`` instead:
 
-- the materialized U_end, whose state exists because the scheduler ends a prefill chunk there
-  (when hits may land inside blocks, also the unit-aligned U_end: a partial entry on the
-  running state block, copied aside by vLLM's copy-on-write, and on the attention block);
-- while decoding, the latest block boundary, held tentatively: at finish only the block at the
-  aligned D_end is kept and the others are released.
+- block-aligned prefill keeps are passed as the reachable boundaries (replacing upstream's, so a
+  variant runs without P_end where it asks to); sub-block ones are keyed as partial entries on
+  the state block and on the attention block (vLLM's own tail path, with copy-on-write);
+  upstream's sub-block tail is un-keyed when the decision does not keep it;
+- a prefill chunk ends at a kept position only where vLLM would not produce that state itself:
+  not at P_end's checkpoint (its tail or twin: a native chunk end, or exported from inside the
+  last chunk by kernels with prefill-checkpoint blocks);
+- while decoding, the latest block boundaries are held tentatively (keyed, not offered to
+  offloading connectors); at finish the finish-phase decision (D_end known) keeps at most one
+  of them and may drop a prompt-side stand-in it no longer needs.
 
 Invariants: a kept state at position ``n`` is the state after exactly ``tokens[0:n]`` and is
 reachable only through the chained hash of those tokens, so it is never reused beyond that
-prefix; upstream boundaries are always passed through unchanged, so requests without
-checkpoints are cached exactly as upstream.
+prefix; requests without hints are cached exactly as upstream. The ledger (key -> kinds) is
+pruned when vLLM evicts a key, and retained bytes are kept as running sums: every event costs
+O(1), however many states are held.
 """
 
 from __future__ import annotations
 
+from boundary_vllm.pin import check_vllm, installed_vllm
+
+check_vllm(installed_vllm(), required=True)  # the engine side extends non-public vLLM classes
+
 import functools
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
-from vllm.v1.core.kv_cache_utils import (
-    BlockHashWithGroupId,
-    KVCacheBlock,
-    get_group_id,
-    make_block_hash_with_group_id,
-)
+from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock, make_block_hash_with_group_id
 from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager, MambaManager
 from vllm.v1.kv_cache_interface import KVCacheConfig, get_mamba_prefill_checkpoint_position
 from vllm.v1.request import Request
 
-from boundary.checkpoints import CheckpointKind
+from boundary.retention_policy import (
+    SERVING_ORDER,
+    Decision,
+    DecodeStates,
+    EngineGeometry,
+    Phase,
+    RequestBoundaries,
+    StateKind,
+    Variant,
+    decide,
+    prompt_end_position,
+    twin_position,
+)
 from boundary_vllm.counters import MISS, UNTRACKED, CheckpointCounters
 from boundary_vllm.decode_end import committed_end
 
@@ -57,54 +75,67 @@ class HeldState:
     block: KVCacheBlock
     key: BlockHashWithGroupId
 
-    def is_held(self) -> bool:
-        pool = self.group.manager.block_pool
-        return self.block.block_hash == self.key or pool.cached_block_hash_to_block.contain(
-            self.key, self.block.block_id
-        )
+    def current(self) -> KVCacheBlock | None:
+        """The block that answers to ``key`` now (a copy-on-write may have moved the entry)."""
+        return self.group.manager.block_pool.cached_block_hash_to_block.get_one_block(self.key)
 
-    def release(self) -> None:
-        if self.is_held():
-            self.group.manager.block_pool.evict_blocks({self.block.block_id})
+    def is_held(self) -> bool:
+        return self.current() is not None
+
+
+@dataclass(slots=True)
+class LedgerEntry:
+    """What a kept key stands for; ``counted``: its bytes are in the retained sums (a tentative
+    decode state is not, until finish keeps it)."""
+
+    kind: StateKind
+    kinds: tuple[StateKind, ...]
+    nbytes: int
+    counted: bool
 
 
 @dataclass(slots=True)
 class RequestCheckpoints:
-    """The checkpoints one request carries, as materialized token positions.
+    """What one request keeps: the admission-phase decision and how it maps onto vLLM.
 
-    ``input_end`` is the block-aligned U_end state (kept through the reachable-block mask);
-    ``input_end_unit`` the ``prefix_match_unit``-aligned one inside the next block, when hits
-    can land inside blocks (kept as a partial alias on both groups). None when not kept.
+    ``stops``: prefill positions where a chunk must end (states vLLM would not produce itself);
+    ``block_keeps``: block-aligned prefill keeps (the reachable boundaries passed for it);
+    ``unit_keeps``: sub-block prefill keeps keyed as partial entries; ``decode``: a decode
+    state may be kept at finish, so block boundaries crossed while decoding are held.
     """
 
-    input_end: int | None
-    input_end_unit: int | None
-    keep_decode_end: bool
+    variant: Variant
+    request: RequestBoundaries
+    geometry: EngineGeometry
+    admission: Decision
+    stops: tuple[int, ...]
+    block_keeps: tuple[int, ...]
+    unit_keeps: tuple[int, ...]
+    decode: bool
     decode_states: OrderedDict[int, list[HeldState]] = field(default_factory=OrderedDict)  # oldest first
+    prefill_states: dict[int, list[HeldState]] = field(default_factory=dict)
 
-    @property
-    def stops(self) -> tuple[int, ...]:
-        """Where prefill chunks must end so that these states exist."""
-        return tuple(p for p in (self.input_end, self.input_end_unit) if p)
+    def kinds_at(self, position: int) -> tuple[StateKind, ...]:
+        keep = self.admission.at(position)
+        return () if keep is None else keep.kinds
 
-    def holds_decode_states(self, retention_interval: int | None) -> bool:
-        """Decode states are held tentatively only under sparse retention (interval 0): with
-        periodic or dense retention vLLM keeps its own decode states, which are not ours to drop."""
-        return self.keep_decode_end and retention_interval == 0
-
-    def boundaries(
-        self, num_tokens: int, num_prompt_tokens: int, block_size: int, retention_interval: int | None
-    ) -> tuple[int, ...]:
-        extra = [] if self.input_end is None else [self.input_end]
+    def boundaries(self, num_tokens: int, num_prompt_tokens: int, block_size: int) -> tuple[int, ...]:
+        """The reachable boundaries for this step: the block keeps, and while decoding the
+        latest block boundary (held tentatively)."""
         latest = num_tokens // block_size * block_size
-        if self.holds_decode_states(retention_interval) and latest >= num_prompt_tokens and latest > 0:
-            extra.append(latest)
-        return tuple(extra)
+        if self.decode and latest >= num_prompt_tokens and latest > 0:
+            return (*self.block_keeps, latest)
+        return self.block_keeps
+
+
+def _serving(kinds: Sequence[StateKind]) -> StateKind:
+    return next(k for k in SERVING_ORDER if k in kinds)
 
 
 class CheckpointRetention:
-    """Installs the boundary-aware ``cache_blocks`` on every caching Mamba manager of a
-    coordinator and keeps the ledger that attributes each kept state to its checkpoint kind."""
+    """Installs the policy-executing ``cache_blocks`` on every caching Mamba manager (and, with
+    sub-block hits, the attention managers) and keeps the ledger that attributes each kept state
+    to its kinds."""
 
     def __init__(
         self,
@@ -115,6 +146,8 @@ class CheckpointRetention:
         use_eagle: bool,
         num_hash_lookahead_tokens: int,
         ledger_capacity: int,
+        exported_checkpoints: bool = False,
+        upstream_twin: bool = True,
     ) -> None:
         self.groups = tuple(
             MambaGroup(gid, manager, manager.kv_cache_spec.page_size_bytes * len(spec_group.layer_names))
@@ -129,7 +162,8 @@ class CheckpointRetention:
         if len(sizes) != 1:
             raise ValueError(f"Mamba groups disagree on block size: {sorted(sizes)}")
         self.block_size = sizes.pop()
-        self.hash_block_size = coordinator.block_pool.hash_block_size
+        self.pool = coordinator.block_pool
+        self.hash_block_size = self.pool.hash_block_size
         self.hit_unit = self.hash_block_size if coordinator.enable_partial_hash_hits else self.block_size
         self.attention = tuple(
             (gid, manager)
@@ -138,43 +172,67 @@ class CheckpointRetention:
         )
         self.use_eagle = use_eagle
         self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
+        self.exported_checkpoints = exported_checkpoints
+        fine = self.hit_unit < self.block_size
+        # With exported checkpoints and sub-block hits the kernels re-key the twin's block at
+        # P_end's unit tail, so upstream keeps no twin there.
+        self.upstream_twin = upstream_twin and not (fine and exported_checkpoints)
         self.decode_depth = 2 + int(use_eagle)  # how many recent decode boundaries stay held
         self.counters = counters
         self.plans: dict[str, RequestCheckpoints] = {}
-        self.ledger: OrderedDict[BlockHashWithGroupId, CheckpointKind] = OrderedDict()
+        self.ledger: OrderedDict[BlockHashWithGroupId, LedgerEntry] = OrderedDict()
         self.ledger_capacity = ledger_capacity
+        self.retained: Counter[str] = Counter()
         self._first_group_id = self.groups[0].group_id
         for group in self.groups:
             upstream = group.manager.cache_blocks
             group.manager.cache_blocks = functools.partial(self._cache_blocks, group, upstream)
-        if self.hit_unit < self.block_size:
+        if fine:
             for gid, manager in self.attention:
                 upstream = manager.cache_blocks
                 manager.cache_blocks = functools.partial(self._cache_attention_blocks, gid, manager, upstream)
+        remove = self.pool._remove_cached_block_hashes
+        self.pool._remove_cached_block_hashes = functools.partial(self._removed, remove)
+        move = self.pool.move_block_hashes
+        self.pool.move_block_hashes = functools.partial(self._moved, move)
+        self._moving = False
+
+    # -- geometry --------------------------------------------------------------------------------
+    def geometry(self, *, decode_states: bool) -> EngineGeometry:
+        """The policy's view of this engine."""
+        states = DecodeStates.BLOCK if decode_states else DecodeStates.NONE
+        return EngineGeometry(self.block_size, self.hit_unit, states, self.upstream_twin)
+
+    def native_positions(self, num_prompt_tokens: int) -> set[int]:
+        """Prefill positions whose state vLLM produces by itself: P_end's checkpoint (its
+        unit tail and block twin; a chunk end, or exported from inside the last chunk)."""
+        return {
+            prompt_end_position(num_prompt_tokens, self.hit_unit),
+            twin_position(num_prompt_tokens, self.block_size),
+        }
 
     # -- per request ---------------------------------------------------------------------------
-    def materialize_input_end(self, input_end: int) -> int:
-        """Where a later request's hit on logical U_end lands: the deepest hit unit at or before
-        it (``prefix_match_unit`` when hits may end inside a block, else the block), one unit
-        lower with EAGLE, exactly as vLLM places its own prompt checkpoint."""
-        return get_mamba_prefill_checkpoint_position(
-            input_end + 1,
-            self.hit_unit,
-            self.use_eagle,
-            num_hash_lookahead_tokens=self.num_hash_lookahead_tokens,
-        )
-
     def admit(
-        self, request: Request, *, input_end: int | None, keep_decode_end: bool
-    ) -> RequestCheckpoints | None:
-        unit_position = 0 if input_end is None else self.materialize_input_end(input_end)
-        block_position = unit_position // self.block_size * self.block_size
-        if not unit_position and not keep_decode_end:
-            return None
+        self, request: Request, variant: Variant, boundaries: RequestBoundaries, *, decode_states: bool
+    ) -> RequestCheckpoints:
+        geometry = self.geometry(decode_states=decode_states)
+        decision = decide(variant, boundaries, geometry)
+        prefill = [k.position for k in decision.keeps if k.phase is Phase.PREFILL]
+        native = self.native_positions(request.num_prompt_tokens)
+        may_decode = decode_states and (
+            variant in (Variant.DECODE_END, Variant.BOTH)
+            or (variant is Variant.CHAT_AWARE and (boundaries.round_trip or 0) > 0)
+            or (variant is Variant.HORIZON and (boundaries.horizon or 0) >= boundaries.p_end)
+        )
         plan = RequestCheckpoints(
-            block_position or None,
-            unit_position if unit_position % self.block_size else None,
-            keep_decode_end,
+            variant,
+            boundaries,
+            geometry,
+            decision,
+            stops=tuple(p for p in prefill if p not in native),
+            block_keeps=tuple(p for p in prefill if p % self.block_size == 0),
+            unit_keeps=tuple(p for p in prefill if p % self.block_size),
+            decode=bool(may_decode),
         )
         self.plans[request.request_id] = plan
         return plan
@@ -183,31 +241,46 @@ class CheckpointRetention:
         return self.plans.get(request_id)
 
     def finish(self, request: Request, *, completed: bool) -> None:
-        """Keep the aligned D_end state of a completed request; release every other held one."""
+        """Apply the finish-phase decision: keep its decode state, drop the prompt-side states
+        it no longer keeps, release every other held decode state."""
         plan = self.plans.pop(request.request_id, None)
-        if plan is None or not plan.decode_states:
+        if plan is None:
             return
-        kept: list[HeldState] = []
+        final = plan.admission
         if completed and request.sampling_params is not None:
             end = committed_end(
                 request.num_prompt_tokens,
                 request.output_token_ids,
                 request.sampling_params.all_stop_token_ids,
             )
-            target = end // self.block_size * self.block_size - (self.block_size if self.use_eagle else 0)
-            kept = plan.decode_states.pop(target, [])
+            d_end = max(min(end, request.num_tokens - 1), request.num_prompt_tokens)
+            final = decide(plan.variant, replace(plan.request, d_end=d_end), plan.geometry)
+        kept_prefill = set(final.prefill_positions)
+        for position, held in plan.prefill_states.items():
+            if position not in kept_prefill:
+                self._release(held)
+                self.counters.dropped += 1
+        target = next((k.position for k in final.keeps if k.phase is Phase.DECODE), None)
+        kept = plan.decode_states.pop(target, []) if target is not None else []
         for held in plan.decode_states.values():
             self._release(held)
         if kept and all(h.is_held() for h in kept):
+            kinds = (
+                final.at(target).kinds if target is not None and final.at(target) else (StateKind.DECODE_END,)
+            )
             for held in kept:
+                entry = self.ledger.get(held.key)
+                if entry is not None:
+                    entry.kinds, entry.kind = kinds, _serving(kinds)
+                self._count(held.key)
                 self.counters.record_created(
-                    CheckpointKind.DECODE_END, held.group.state_bytes, new_checkpoint=held is kept[0]
+                    _serving(kinds), held.group.state_bytes, new_checkpoint=held is kept[0]
                 )
         elif kept:
             self._release(kept)
 
     # -- lookups -------------------------------------------------------------------------------
-    def classify_hit(self, request: Request, num_hit_tokens: int) -> CheckpointKind | str:
+    def classify_hit(self, request: Request, num_hit_tokens: int) -> StateKind | str:
         """The kind of checkpoint whose state served a joint hit of ``num_hit_tokens``."""
         if num_hit_tokens <= 0:
             return MISS
@@ -215,21 +288,12 @@ class CheckpointRetention:
         if num_hit_tokens % self.hash_block_size or index >= len(request.block_hashes):
             return UNTRACKED
         key = make_block_hash_with_group_id(request.block_hashes[index], self._first_group_id)
-        return self.ledger.get(key, UNTRACKED)
+        entry = self.ledger.get(key)
+        return UNTRACKED if entry is None else entry.kind
 
     def retained_bytes(self) -> dict[str, int]:
-        """Bytes of state currently kept, by kind (entries whose block was recycled are skipped)."""
-        by_group = {g.group_id: g for g in self.groups}
-        out: dict[str, int] = {}
-        for key, kind in list(self.ledger.items()):
-            group = by_group.get(get_group_id(key))
-            if (
-                group is None
-                or group.manager.block_pool.cached_block_hash_to_block.get_one_block(key) is None
-            ):
-                continue
-            out[kind.value] = out.get(kind.value, 0) + group.state_bytes
-        return out
+        """Bytes of state currently kept, by kind: running sums, O(number of kinds)."""
+        return {kind: value for kind, value in self.retained.items() if value}
 
     # -- the wrapped cache_blocks ----------------------------------------------------------------
     def _cache_blocks(
@@ -243,23 +307,35 @@ class CheckpointRetention:
         replay_boundaries: Sequence[int],
     ) -> None:
         plan = self.plans.get(request.request_id)
-        extra = (
-            plan.boundaries(num_tokens, request.num_prompt_tokens, self.block_size, retention_interval)
-            if plan
-            else ()
+        sparse = retention_interval == 0
+        boundaries = (
+            plan.boundaries(num_tokens, request.num_prompt_tokens, self.block_size)
+            if plan is not None and sparse
+            else replay_boundaries
         )
         manager = group.manager
         before = manager.num_cached_block.get(request.request_id, 0)
-        upstream(request, num_tokens, retention_interval, replay_boundaries=(*replay_boundaries, *extra))
+        offers = len(manager._pending_boundary_state_offloads)
+        upstream(request, num_tokens, retention_interval, replay_boundaries=boundaries)
         after = manager.num_cached_block.get(request.request_id, 0)
-        if after > before:
-            held = plan is not None and plan.holds_decode_states(retention_interval)
-            self._attribute(group, request, before, after, replay_boundaries, plan, hold_decode=held)
-        self._attribute_partial_tail(group, request, num_tokens)
-        if plan is not None and plan.input_end_unit is not None and num_tokens == plan.input_end_unit:
-            self._keep_sub_block_state(group, request, plan.input_end_unit)
+        if sparse and after > before:
+            self._attribute(group, request, before, after, replay_boundaries, plan)
+            if plan is not None and plan.decode:
+                self._withhold_tentative(manager, offers, request.num_prompt_tokens)
+        if sparse:
+            self._attribute_partial_tail(group, request, num_tokens, plan)
+        if plan is not None and sparse and num_tokens in plan.unit_keeps:
+            self._keep_sub_block_state(group, request, num_tokens, plan)
 
-    def _keep_sub_block_state(self, group: MambaGroup, request: Request, position: int) -> None:
+    def _withhold_tentative(self, manager: MambaManager, offers: int, num_prompt_tokens: int) -> None:
+        """Tentative decode states are not offered to offloading connectors (most are dropped
+        at finish)."""
+        pending = manager._pending_boundary_state_offloads
+        pending[offers:] = [o for o in pending[offers:] if o[3] < num_prompt_tokens]
+
+    def _keep_sub_block_state(
+        self, group: MambaGroup, request: Request, position: int, plan: RequestCheckpoints
+    ) -> None:
         """Key the running state block at ``position`` (this chunk's end, inside a block) and
         have vLLM copy it aside before the next chunk overwrites it: the same partial-entry and
         copy-on-write path vLLM uses for the prompt's own sub-block tail."""
@@ -282,7 +358,7 @@ class CheckpointRetention:
         manager.num_cached_block[request.request_id] = min(
             manager.num_cached_block.get(request.request_id, 0), index
         )
-        self._record(group, key, CheckpointKind.INPUT_END)
+        self._keep_prefill(group, request, blocks[index], key, position, plan)
 
     def _cache_attention_blocks(
         self,
@@ -295,29 +371,29 @@ class CheckpointRetention:
         *,
         replay_boundaries: Sequence[int],
     ) -> None:
-        """Upstream caching, then keep the attention alias at a sub-block U_end: vLLM drops a
+        """Upstream caching, then keep the attention aliases at sub-block keeps: vLLM drops a
         block's partial entries when a deeper one is registered or the block fills, although the
-        block's KV still covers that prefix; re-adding it beside them keeps U_end reachable."""
+        block's KV still covers that prefix; re-adding it beside them keeps the state reachable."""
         upstream(request, num_tokens, retention_interval, replay_boundaries=replay_boundaries)
         plan = self.plans.get(request.request_id)
-        if plan is None or plan.input_end_unit is None or num_tokens < plan.input_end_unit:
+        if plan is None:
             return
-        position = plan.input_end_unit
         blocks = manager.req_to_blocks.get(request.request_id, [])
-        index = position // self.block_size
-        if index >= len(blocks) or blocks[index].is_null:
-            return
-        key = make_block_hash_with_group_id(
-            request.block_hashes[position // self.hash_block_size - 1], group_id
-        )
-        if not manager.block_pool.cached_block_hash_to_block.contain(key, blocks[index].block_id):
-            manager.block_pool.cache_partial_block(
-                request=request,
-                block=blocks[index],
-                num_tokens=position,
-                kv_cache_group_id=group_id,
-                block_size=self.block_size,
+        for position in plan.unit_keeps:
+            index = position // self.block_size
+            if num_tokens < position or index >= len(blocks) or blocks[index].is_null:
+                continue
+            key = make_block_hash_with_group_id(
+                request.block_hashes[position // self.hash_block_size - 1], group_id
             )
+            if not manager.block_pool.cached_block_hash_to_block.contain(key, blocks[index].block_id):
+                manager.block_pool.cache_partial_block(
+                    request=request,
+                    block=blocks[index],
+                    num_tokens=position,
+                    kv_cache_group_id=group_id,
+                    block_size=self.block_size,
+                )
 
     def _block_end(self, position: int, alignment: int) -> int:
         """The end of the state block ``reachable_block_mask`` keeps for a boundary at ``position``."""
@@ -331,11 +407,9 @@ class CheckpointRetention:
         after: int,
         replay_boundaries: Sequence[int],
         plan: RequestCheckpoints | None,
-        *,
-        hold_decode: bool,
     ) -> None:
         alignment = group.manager.cache_hit_alignment_tokens or self.block_size
-        prompt_ends = {self._block_end(b, alignment) for b in replay_boundaries}
+        upstream_ends = {self._block_end(b, alignment) for b in replay_boundaries}
         junction = request.shared_prefix_boundary
         junctions = {self._block_end(junction, alignment)} if junction else set()
         if junction and group.manager.use_eagle:
@@ -346,22 +420,30 @@ class CheckpointRetention:
             if block.is_null or block.block_hash is None:
                 continue
             position = (index + 1) * self.block_size
-            if position in prompt_ends:
-                kind = CheckpointKind.PROMPT_END
-            elif position in junctions:
-                kind = CheckpointKind.REACTIVE
-            elif plan is not None and position == plan.input_end:
-                kind = CheckpointKind.INPUT_END
-            elif plan is not None and hold_decode and position >= request.num_prompt_tokens:
-                self._remember(block.block_hash, CheckpointKind.DECODE_END)
+            kinds = list(plan.kinds_at(position)) if plan is not None else []
+            if plan is None and position in upstream_ends:
+                kinds.append(self._upstream_kind(request, position))
+            if position in junctions:
+                kinds.append(StateKind.REACTIVE)
+            if kinds:
+                if plan is not None and StateKind.REACTIVE not in kinds:
+                    self._keep_prefill(group, request, block, block.block_hash, position, plan, tuple(kinds))
+                else:
+                    self._record(group, block.block_hash, tuple(kinds))
+            elif plan is not None and plan.decode and position >= request.num_prompt_tokens:
+                self._remember(block.block_hash, (StateKind.DECODE_END,), group.state_bytes, counted=False)
                 self._hold_decode_state(plan, position, HeldState(group, block, block.block_hash))
-                continue
-            else:
-                continue  # dense or periodic retention: not a checkpoint of ours to attribute
-            self._record(group, block.block_hash, kind)
 
-    def _attribute_partial_tail(self, group: MambaGroup, request: Request, num_tokens: int) -> None:
-        """Upstream's sub-block prompt-tail state (``prefix_match_unit`` < block size)."""
+    def _upstream_kind(self, request: Request, position: int) -> StateKind:
+        if position == prompt_end_position(request.num_prompt_tokens, self.hit_unit):
+            return StateKind.PROMPT_END
+        return StateKind.PROMPT_END_BLOCK
+
+    def _attribute_partial_tail(
+        self, group: MambaGroup, request: Request, num_tokens: int, plan: RequestCheckpoints | None
+    ) -> None:
+        """Upstream's sub-block prompt-tail state (``prefix_match_unit`` < block size): labelled,
+        or un-keyed when the request's decision does not keep it."""
         if self.hash_block_size >= self.block_size:
             return
         tail = get_mamba_prefill_checkpoint_position(
@@ -380,12 +462,30 @@ class CheckpointRetention:
         key = make_block_hash_with_group_id(
             request.block_hashes[tail // self.hash_block_size - 1], group.group_id
         )
-        if (
-            key in self.ledger
-            or group.manager.block_pool.cached_block_hash_to_block.get_one_block(key) is None
-        ):
+        block = self.pool.cached_block_hash_to_block.get_one_block(key)
+        if block is None or key in self.ledger:
             return
-        self._record(group, key, CheckpointKind.PROMPT_END)
+        if plan is None:
+            self._record(group, key, (StateKind.PROMPT_END,))
+        elif plan.kinds_at(tail):
+            self._keep_prefill(group, request, block, key, tail, plan)
+        elif group.manager._producer_partial_tail_reqs.get(request.request_id, (None,))[0] is block:
+            # not kept by this variant: un-key it (and skip the copy-on-write that would save it)
+            self.pool.cached_block_hash_to_block.pop(key, block.block_id)
+            group.manager._producer_partial_tail_reqs.pop(request.request_id, None)
+
+    def _keep_prefill(
+        self,
+        group: MambaGroup,
+        request: Request,
+        block: KVCacheBlock,
+        key: BlockHashWithGroupId,
+        position: int,
+        plan: RequestCheckpoints,
+        kinds: tuple[StateKind, ...] | None = None,
+    ) -> None:
+        self._record(group, key, kinds or plan.kinds_at(position))
+        plan.prefill_states.setdefault(position, []).append(HeldState(group, block, key))
 
     def _hold_decode_state(self, plan: RequestCheckpoints, position: int, held: HeldState) -> None:
         plan.decode_states.setdefault(position, []).append(held)
@@ -396,25 +496,72 @@ class CheckpointRetention:
 
     def _release(self, held: list[HeldState]) -> None:
         for state in held:
-            state.release()
-            self.ledger.pop(state.key, None)
+            block = state.current()
+            if block is not None:
+                self.pool.evict_blocks({block.block_id})  # prunes the ledger through _removed
+            self._forget(state.key)
 
-    def _record(self, group: MambaGroup, key: BlockHashWithGroupId, kind: CheckpointKind) -> None:
-        """Attribute the state ``group`` keeps under ``key`` to ``kind`` and count its bytes; the
+    # -- the ledger ------------------------------------------------------------------------------
+    def _record(self, group: MambaGroup, key: BlockHashWithGroupId, kinds: tuple[StateKind, ...]) -> None:
+        """Attribute the state ``group`` keeps under ``key`` to ``kinds`` and count its bytes; the
         checkpoint itself counts once, on the first Mamba group."""
-        self._remember(key, kind)
+        self._remember(key, kinds, group.state_bytes, counted=True)
         self.counters.record_created(
-            kind, group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
+            _serving(kinds), group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
         )
 
-    def _remember(self, key: BlockHashWithGroupId, kind: CheckpointKind) -> None:
-        self.ledger[key] = kind
-        self.ledger.move_to_end(key)
+    def _remember(
+        self, key: BlockHashWithGroupId, kinds: tuple[StateKind, ...], nbytes: int, *, counted: bool
+    ) -> None:
+        self._forget(key)
+        self.ledger[key] = LedgerEntry(_serving(kinds), kinds, nbytes, False)
+        if counted:
+            self._count(key)
         while len(self.ledger) > self.ledger_capacity:
-            self.ledger.popitem(last=False)
+            oldest = next(iter(self.ledger))
+            self._forget(oldest)
+
+    def _count(self, key: BlockHashWithGroupId) -> None:
+        entry = self.ledger.get(key)
+        if entry is not None and not entry.counted:
+            entry.counted = True
+            self.retained[entry.kind.value] += entry.nbytes
+
+    def _forget(self, key: BlockHashWithGroupId) -> None:
+        entry = self.ledger.pop(key, None)
+        if entry is not None and entry.counted:
+            self.retained[entry.kind.value] -= entry.nbytes
+
+    def _removed(
+        self, remove: Callable[[KVCacheBlock], list[BlockHashWithGroupId]], block: KVCacheBlock
+    ) -> Any:
+        """vLLM un-keyed ``block`` (eviction, reuse, an explicit evict): prune the ledger of the
+        keys no block answers to any more."""
+        removed = remove(block)
+        if self._moving:
+            return removed  # re-pointed to a copy, not evicted
+        for key in removed:
+            if key in self.ledger and self.pool.cached_block_hash_to_block.get_one_block(key) is None:
+                self._forget(key)
+        return removed
+
+    def _moved(
+        self, move: Callable[[KVCacheBlock, KVCacheBlock], None], src: KVCacheBlock, dst: KVCacheBlock
+    ) -> None:
+        self._moving = True
+        try:
+            move(src, dst)
+        finally:
+            self._moving = False
 
 
-def install(scheduler: Any, counters: CheckpointCounters, *, ledger_capacity: int) -> CheckpointRetention:
+def install(
+    scheduler: Any,
+    counters: CheckpointCounters,
+    *,
+    ledger_capacity: int,
+    upstream_twin: bool = True,
+) -> CheckpointRetention:
     """A ``CheckpointRetention`` over a vLLM scheduler's KV-cache manager."""
     manager = scheduler.kv_cache_manager
     return CheckpointRetention(
@@ -424,4 +571,6 @@ def install(scheduler: Any, counters: CheckpointCounters, *, ledger_capacity: in
         use_eagle=scheduler.use_eagle_block_drop,
         num_hash_lookahead_tokens=scheduler.num_hash_lookahead_tokens,
         ledger_capacity=ledger_capacity,
+        exported_checkpoints=scheduler.mamba_has_prefill_checkpoint_blocks,
+        upstream_twin=upstream_twin,
     )

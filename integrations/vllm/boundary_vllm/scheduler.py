@@ -1,16 +1,18 @@
+# ruff: noqa: E402  (the vLLM version is checked before vLLM is imported)
 """vLLM schedulers that keep boundary's checkpoints. Load one with
 
     vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler \\
         --additional-config '{"boundary": {"policy": "both"}}'
 
 (``BoundaryScheduler`` when async scheduling is off). Per request, from the hints in
-``vllm_xargs`` (or, for server-rendered prompts, the recognised generation prompt), and per the
-configured policy:
+``vllm_xargs`` (or, for server-rendered prompts, the recognised generation prompt), the
+configured policy variant of ``boundary.retention_policy`` decides which states to keep
+(``retention`` executes it):
 
-- a prefill chunk ends at the materialized U_end, so the recurrent state exists there, and that
-  state is kept beside P_end and the reactive junctions (``retention``);
-- at finish the aligned decode-end state (D_end) is kept, unless prefill and decode are
-  disaggregated without a decode->prefill path (then it is reported non-consumable).
+- a prefill chunk ends at a kept prompt-side position only where vLLM would not produce that
+  state itself (never at P_end's own checkpoint, never when the kernels export it);
+- at finish the decision with D_end known may keep the aligned decode-end state, unless
+  decode-side states cannot serve a later prefill here (then it is reported non-consumable).
 
 Requests without checkpoints are scheduled and cached exactly as upstream. Nothing in vLLM is
 edited: the split, admission, scheduling and finish hooks are overrides of the pinned 0.33.0
@@ -18,6 +20,10 @@ edited: the split, admission, scheduling and finish hooks are overrides of the p
 """
 
 from __future__ import annotations
+
+from boundary_vllm.pin import check_vllm, installed_vllm
+
+check_vllm(installed_vllm(), required=True)  # the engine side extends non-public vLLM classes
 
 import time
 from typing import Any
@@ -28,7 +34,7 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from boundary.checkpoints import CheckpointKind
+from boundary.retention_policy import RequestBoundaries, Variant
 from boundary_vllm.counters import CheckpointCounters, PrometheusExport
 from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability
 from boundary_vllm.hints import CheckpointHints, HintStatus, decode_hints
@@ -61,7 +67,10 @@ class BoundaryCheckpointsMixin:
         inactive = self._inactive_reason()
         if inactive is None:
             self.boundary_retention = install(
-                self, self.boundary_counters, ledger_capacity=self.boundary_settings.ledger_capacity
+                self,
+                self.boundary_counters,
+                ledger_capacity=self.boundary_settings.ledger_capacity,
+                upstream_twin=self.boundary_settings.upstream_twin,
             )
         self._suffixes: GenerationSuffixes | None = None
         if self.boundary_settings.server_family and self.boundary_retention is not None:
@@ -115,12 +124,17 @@ class BoundaryCheckpointsMixin:
             logger.warning("request %s: boundary hints ignored: %s", request.request_id, hints.reason)
         if hints.status is not HintStatus.ACCEPTED:
             return
-        policy = Policy(hints.policy) if hints.policy else self.boundary_settings.policy
+        variant = Variant(hints.policy) if hints.policy else self.boundary_settings.policy
         assert self.boundary_retention is not None
+        boundaries = RequestBoundaries(
+            request.num_prompt_tokens, hints.input_end, None, hints.round_trip, hints.horizon
+        )
         self.boundary_retention.admit(
             request,
-            input_end=hints.input_end if policy.retains(CheckpointKind.INPUT_END) else None,
-            keep_decode_end=policy.retains(CheckpointKind.DECODE_END) and self.decode_end.consumable,
+            variant,
+            boundaries,
+            decode_states=self.decode_end.consumable
+            and self.cache_config.prefix_cache_retention_interval == 0,
         )
 
     def _get_local_prefix_cache_hit(self, request: Request, max_cache_hit_length: int | None = None):
@@ -137,7 +151,8 @@ class BoundaryCheckpointsMixin:
         num_new_local_computed_tokens: int = 0,
         num_external_computed_tokens: int = 0,
     ) -> int:
-        """Upstream's split, then also end the chunk at the request's U_end checkpoint."""
+        """Upstream's split, then also end the chunk where the request keeps a state that vLLM
+        would not produce itself (``RequestCheckpoints.stops``)."""
         num_new_tokens = super()._mamba_block_aligned_split(
             request, num_new_tokens, num_new_local_computed_tokens, num_external_computed_tokens
         )

@@ -3,40 +3,26 @@
     vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler \\
         --additional-config '{"boundary": {"policy": "both"}}'
 
-Policies (which states are kept besides upstream's P_end and reactive junctions):
-
-- ``main_sparse``: none; the scheduler behaves exactly as upstream (a baseline that keeps counters).
-- ``input_end``: the state at the materialized U_end of every request that carries one.
-- ``decode_end``: the aligned decode-end state (D_end) of every finished request that carries hints.
-- ``both``: both of the above.
+Policies are the variants of ``boundary.retention_policy`` (the same decision the experiment's
+cache model runs): ``main_sparse`` (P_end), ``input_end`` (U_end), ``decode_end`` (D_end),
+``both`` (U_end + D_end), ``chat_aware`` and ``horizon`` (one state each, from the request's
+``boundary_round_trip`` / ``boundary_horizon`` hints). Reactive junctions are always kept;
+P_end's block twin is kept unless ``upstream_twin`` is false. Requests without hints are
+scheduled and cached exactly as upstream.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from boundary.checkpoints import CheckpointKind
+from boundary.retention_policy import Variant
 
 SETTINGS_KEY = "boundary"
 
-
-class Policy(StrEnum):
-    MAIN_SPARSE = "main_sparse"
-    INPUT_END = "input_end"
-    DECODE_END = "decode_end"
-    BOTH = "both"
-
-    def retains(self, kind: CheckpointKind) -> bool:
-        """Whether this policy keeps ``kind`` in addition to upstream's checkpoints."""
-        if kind is CheckpointKind.INPUT_END:
-            return self in (Policy.INPUT_END, Policy.BOTH)
-        if kind is CheckpointKind.DECODE_END:
-            return self in (Policy.DECODE_END, Policy.BOTH)
-        return False
+Policy = Variant  # the engine runs exactly the policy module's variants
 
 
 class IntegrationSettings(BaseModel):
@@ -60,7 +46,15 @@ class IntegrationSettings(BaseModel):
     )
     decode_to_prefill: bool = Field(
         default=False,
-        description="Disaggregated prefill/decode only: a KV path carries decode-side states to prefill.",
+        description=(
+            "With a KV connector (kv_producer, kv_consumer or kv_both): decode-side states can serve this "
+            "deployment's next prefills (a decode->prefill path, or kv_both on an engine that also serves "
+            "its own next prefills). Without it D_end is not kept under any connector role."
+        ),
+    )
+    upstream_twin: bool = Field(
+        default=True,
+        description="Keep P_end's block twin, as upstream does (false: keep only what the policy names).",
     )
     request_policy: bool = Field(
         default=False,

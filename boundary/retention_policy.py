@@ -1,0 +1,312 @@
+"""The retention policy: which recurrent-state checkpoints one request leaves behind.
+
+One decision, executed by two engines: the cache model of the experiment
+(``boundary.cache``) and the vLLM plugin (``boundary_vllm``). Given a request's boundaries,
+the round-trip verdict, the stability horizon and the engine geometry, ``decide`` returns the
+states to keep, each with its kind and the position where it materializes. Nothing here
+imports an engine.
+
+Variants (reactive shared-prefix junctions are always kept by the engine itself):
+
+- ``main_sparse``: P_end (vLLM's replay boundary: the state of the prompt minus its last token);
+- ``input_end``: U_end (P_end when the template cannot expose U_end);
+- ``decode_end``: D_end;
+- ``both``: U_end and D_end;
+- ``chat_aware``: the one state with the largest expected reused tokens among U_end, P_end and
+  D_end: the probability that its tokens reach the next request (U_end: 1; P_end and D_end:
+  the round-trip verdict) times where it actually materializes, counted only beyond what the
+  block twin already gives;
+- ``horizon``: the one state at the deepest materializable position at or before the stability
+  horizon (``boundary.horizon``), never beyond it.
+
+What upstream keeps anyway: the state at P_end's block floor (vLLM's reachable-block mask
+keeps the state block its replay boundary ends in). It is the kind ``prompt_end_block`` and
+is counted apart from P_end; at ``unit == block`` it is P_end's own position and the one state
+carries both labels. ``EngineGeometry.upstream_twin=False`` drops it (an engine that keeps
+only what the variant asks for).
+
+Materialization (vLLM 0.33.0 align mode): a prompt-side state at logical ``n`` lands on
+``floor(n / unit) * unit`` (a prefill chunk ends there); P_end's anchor is ``P_end - 1`` (the
+last prompt token is recomputed for logits). An output-side state exists only where decoding
+left one: at a block boundary the decode crossed (``decode_states=block``, what vLLM does), at
+every unit boundary (``decode_states=unit``, an engine that snapshots while decoding), or
+nowhere (``decode_states=none``: prefill and decode disaggregated without a way back).
+
+Two phases. At admission D_end is unknown (``RequestBoundaries.d_end is None``): the decision
+names the prompt-side states, which must exist by the end of prefill. At finish D_end is known;
+the decision may add an output-side state and drop prompt-side ones, never add a prompt-side
+one (``check_phases`` states the invariant; the tests hold it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Variant(StrEnum):
+    MAIN_SPARSE = "main_sparse"
+    INPUT_END = "input_end"
+    DECODE_END = "decode_end"
+    BOTH = "both"
+    CHAT_AWARE = "chat_aware"
+    HORIZON = "horizon"
+
+
+PHASE_ONE = (Variant.MAIN_SPARSE, Variant.INPUT_END, Variant.DECODE_END, Variant.BOTH)
+
+
+class StateKind(StrEnum):
+    """What a kept state stands for (values shared with ``boundary.checkpoints.CheckpointKind``)."""
+
+    PROMPT_END = "prompt_end"
+    INPUT_END = "input_end"
+    DECODE_END = "decode_end"
+    REACTIVE = "reactive"  # a shared-prefix junction (kept by the engine, never by a policy)
+    PROMPT_END_BLOCK = "prompt_end_block"  # P_end's block twin: what upstream keeps anyway
+
+
+# When one state answers for several kinds, a hit is credited to the first here.
+SERVING_ORDER = (
+    StateKind.DECODE_END,
+    StateKind.INPUT_END,
+    StateKind.PROMPT_END,
+    StateKind.REACTIVE,
+    StateKind.PROMPT_END_BLOCK,
+)
+
+
+class DecodeStates(StrEnum):
+    BLOCK = "block"  # vLLM align mode: a state at each block boundary the decode crossed
+    UNIT = "unit"  # an engine that snapshots at every unit boundary while decoding
+    NONE = "none"  # output-side states cannot serve a later prefill (disaggregated)
+
+
+class Phase(StrEnum):
+    PREFILL = "prefill"  # exists when a prefill chunk ends at it
+    DECODE = "decode"  # kept at finish from the states the decode left
+
+
+@dataclass(frozen=True, slots=True)
+class EngineGeometry:
+    """``block_size``: the align-mode block; ``unit``: ``prefix_match_unit`` (divides the
+    block); ``decode_states``: where output-side states can exist; ``upstream_twin``: keep
+    P_end's block twin as upstream does."""
+
+    block_size: int
+    unit: int
+    decode_states: DecodeStates = DecodeStates.BLOCK
+    upstream_twin: bool = True
+
+    def __post_init__(self) -> None:
+        if self.unit < 1 or self.block_size % self.unit:
+            raise ValueError(f"unit {self.unit} must divide the block size {self.block_size}")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestBoundaries:
+    """One request. Positions are token offsets into prompt + output; ``d_end`` None means
+    not known yet (admission); callers cap ``d_end`` at the tokens the request computed
+    (``num_tokens - 1``). ``round_trip``: the probability that the output re-renders token
+    for token into the next request (None: unknown, counted as 0). ``horizon``: the stability
+    horizon, possibly past P_end (the engine caps it at D_end); None: not predicted.
+
+    Invariant: ``u_end <= p_end <= d_end`` where given; ``p_end >= 1``.
+    """
+
+    p_end: int
+    u_end: int | None = None
+    d_end: int | None = None
+    round_trip: float | None = None
+    horizon: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.p_end < 1 or (self.u_end is not None and not 0 <= self.u_end <= self.p_end):
+            raise ValueError(f"boundaries out of order: U_end={self.u_end} P_end={self.p_end}")
+        if self.d_end is not None and self.d_end < self.p_end:
+            raise ValueError(f"D_end={self.d_end} before P_end={self.p_end}")
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    """Keep the state after exactly ``tokens[:position]``, standing for ``kinds`` (wanted at
+    ``logical``, the deepest kind's). Invariant: ``0 < position``; a ``PREFILL`` keep lies at
+    or before ``p_end``, a ``DECODE`` keep at or after it."""
+
+    position: int
+    kinds: tuple[StateKind, ...]
+    phase: Phase
+
+    @property
+    def kind(self) -> StateKind:
+        return next(k for k in SERVING_ORDER if k in self.kinds)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The states one request keeps, in position order (one ``Keep`` per position)."""
+
+    keeps: tuple[Keep, ...]
+
+    @property
+    def prefill_positions(self) -> tuple[int, ...]:
+        return tuple(k.position for k in self.keeps if k.phase is Phase.PREFILL)
+
+    def at(self, position: int) -> Keep | None:
+        return next((k for k in self.keeps if k.position == position), None)
+
+
+# -- materialization -------------------------------------------------------------------------------
+def prompt_position(logical: int, unit: int) -> int:
+    """Where a prompt-side state wanted at ``logical`` materializes."""
+    return max(logical, 0) // unit * unit
+
+
+def prompt_end_position(p_end: int, unit: int) -> int:
+    """P_end's state: the deepest unit boundary strictly before the last prompt token."""
+    return prompt_position(p_end - 1, unit)
+
+
+def twin_position(p_end: int, block_size: int) -> int:
+    """P_end's block twin."""
+    return prompt_position(p_end - 1, block_size)
+
+
+def decode_position(logical: int, p_end: int, geometry: EngineGeometry) -> int:
+    """Where an output-side state wanted at ``logical >= p_end`` exists (0: nowhere)."""
+    if geometry.decode_states is DecodeStates.NONE:
+        return 0
+    step = geometry.block_size if geometry.decode_states is DecodeStates.BLOCK else geometry.unit
+    position = logical // step * step
+    return position if position >= p_end and position > 0 else 0
+
+
+# -- candidates ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    kind: StateKind
+    position: int  # 0: does not materialize
+    phase: Phase
+    reach: float  # the probability its tokens are a prefix of the next request
+
+
+def _input_end(b: RequestBoundaries, g: EngineGeometry) -> _Candidate:
+    if b.u_end is None:
+        return _prompt_end(b, g)
+    return _Candidate(StateKind.INPUT_END, prompt_position(b.u_end, g.unit), Phase.PREFILL, 1.0)
+
+
+def _prompt_end(b: RequestBoundaries, g: EngineGeometry) -> _Candidate:
+    return _Candidate(
+        StateKind.PROMPT_END, prompt_end_position(b.p_end, g.unit), Phase.PREFILL, b.round_trip or 0.0
+    )
+
+
+def _decode_end(b: RequestBoundaries, g: EngineGeometry) -> _Candidate:
+    position = 0 if b.d_end is None else decode_position(b.d_end, b.p_end, g)
+    return _Candidate(StateKind.DECODE_END, position, Phase.DECODE, b.round_trip or 0.0)
+
+
+def _expected(c: _Candidate, floor: int, floor_reach: float) -> float:
+    """Expected tokens a next request resumes from with ``c`` kept beside a state at ``floor``
+    (reached with ``floor_reach``): ``c`` counts only where it lies beyond the floor."""
+    base = floor * floor_reach
+    if c.position <= floor:
+        return base
+    return c.reach * c.position + (1 - c.reach) * base
+
+
+def _twin_reach(b: RequestBoundaries, g: EngineGeometry) -> tuple[int, float]:
+    """The twin's position and the probability that it is reused: certainly when it is at or
+    before U_end (or the horizon), else only when the output round-trips."""
+    if not g.upstream_twin:
+        return 0, 0.0
+    twin = twin_position(b.p_end, g.block_size)
+    stable = b.horizon if b.horizon is not None else b.u_end
+    if stable is not None and twin <= stable:
+        return twin, 1.0
+    return twin, b.round_trip or 0.0
+
+
+def _best(candidates: list[_Candidate], b: RequestBoundaries, g: EngineGeometry) -> _Candidate | None:
+    """The candidate with the largest expected reuse beyond the twin; None when none adds any.
+    Ties go to the earlier candidate (prompt-side first: it is known at admission)."""
+    floor, reach = _twin_reach(b, g)
+    base = floor * reach
+    best, best_value = None, base
+    for c in candidates:
+        if c.position <= 0:
+            continue
+        value = _expected(c, floor, reach)
+        if value > best_value:
+            best, best_value = c, value
+    return best
+
+
+def _horizon(b: RequestBoundaries, g: EngineGeometry) -> list[_Candidate]:
+    """The deepest position at or before the horizon: in the output when the horizon reaches
+    past P_end and a decode state exists there, else in the prompt."""
+    h = b.horizon if b.horizon is not None else (b.u_end if b.u_end is not None else b.p_end - 1)
+    prompt_side = prompt_position(min(h, b.p_end - 1), g.unit) if h < b.p_end else 0
+    if h >= b.p_end:
+        prompt_side = prompt_end_position(b.p_end, g.unit)
+    at_input_end = b.u_end is not None and prompt_side <= prompt_position(b.u_end, g.unit)
+    kind = StateKind.INPUT_END if at_input_end else StateKind.PROMPT_END
+    out = [_Candidate(kind, prompt_side, Phase.PREFILL, 1.0)]
+    if b.d_end is not None and h >= b.p_end:
+        out.append(
+            _Candidate(StateKind.DECODE_END, decode_position(min(h, b.d_end), b.p_end, g), Phase.DECODE, 1.0)
+        )
+    deepest = max(out, key=lambda c: c.position)
+    return [deepest]
+
+
+def _chosen(variant: Variant, b: RequestBoundaries, g: EngineGeometry) -> list[_Candidate]:
+    if variant is Variant.MAIN_SPARSE:
+        return [_prompt_end(b, g)]
+    if variant is Variant.INPUT_END:
+        return [_input_end(b, g)]
+    if variant is Variant.DECODE_END:
+        return [_decode_end(b, g)]
+    if variant is Variant.BOTH:
+        return [_input_end(b, g), _decode_end(b, g)]
+    if variant is Variant.HORIZON:
+        return _horizon(b, g)
+    # chat_aware: at admission choose among the prompt-side candidates, and keep P_end as the
+    # stand-in for D_end when the output is expected to round-trip (D_end lies beyond it); at
+    # finish D_end replaces the stand-in only where it materializes deeper.
+    prompt = [_input_end(b, g), _prompt_end(b, g)]
+    if b.d_end is None:
+        best = _best(prompt, b, g)
+        return [] if best is None else [best]
+    decode = _decode_end(b, g)
+    best = _best([*prompt, decode], b, g)
+    if best is None and decode.position > _twin_reach(b, g)[0]:
+        best = decode  # nothing is expected to pay: the one state goes where a verdict's miss would pay
+    return [] if best is None else [best]
+
+
+def decide(variant: Variant | str, request: RequestBoundaries, geometry: EngineGeometry) -> Decision:
+    """The states ``request`` keeps under ``variant`` on ``geometry`` (see the module doc)."""
+    v = Variant(variant)
+    kinds: dict[int, tuple[list[StateKind], Phase]] = {}
+
+    def keep(position: int, kind: StateKind, phase: Phase) -> None:
+        if position <= 0:
+            return
+        at = kinds.setdefault(position, ([], phase))
+        if kind not in at[0]:
+            at[0].append(kind)
+
+    for c in _chosen(v, request, geometry):
+        keep(c.position, c.kind, c.phase)
+    if geometry.upstream_twin:
+        keep(twin_position(request.p_end, geometry.block_size), StateKind.PROMPT_END_BLOCK, Phase.PREFILL)
+    return Decision(tuple(Keep(p, tuple(k), phase) for p, (k, phase) in sorted(kinds.items())))
+
+
+def check_phases(admission: Decision, finish: Decision) -> None:
+    """The two-phase invariant: every prefill keep at finish was a prefill keep at admission."""
+    missing = set(finish.prefill_positions) - set(admission.prefill_positions)
+    if missing:
+        raise AssertionError(f"prefill states decided only at finish: {sorted(missing)}")
