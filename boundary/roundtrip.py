@@ -465,7 +465,7 @@ def verify_round_trip(
     ids = list(generated.token_ids if isinstance(generated, GeneratedOutput) else generated)
     render_kwargs: dict[str, Any] = {"variant": variant, "arguments": habits.arguments, **template_kwargs}
     prompt = family.render(messages, tools, True, now=now, **render_kwargs)
-    parsed = parse_output(family, ids, prompt, tools=tools, variant=variant)
+    parsed = parse_output(family, ids, prompt, tools=tools, variant=variant, template_kwargs=template_kwargs)
     roles = [m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None) for m in messages]
 
     def probe(

@@ -145,6 +145,8 @@ _SMALL = 256  # results smaller than this are checked but not counted one by one
 _OPAQUE = 256  # str() of an object that is neither a container nor a scalar (a macro, a loop)
 _CHUNK = 1 << 16  # long strings are measured in chunks this long
 _SEQUENCES = (str, bytes, bytearray, list, tuple)
+_BIG_INT = 1 << (8 * _SMALL)  # integers from here on are checked and counted
+_PLAIN_OWNERS = frozenset({str, bytes, bytearray, int, list, tuple, dict})  # see Sandbox.call
 
 Estimate = tuple[int, int, int]
 """What an operation would do: (size of the largest object it builds, size of all it builds,
@@ -1510,15 +1512,11 @@ class Sandbox(ImmutableSandboxedEnvironment):
                 self.check("'+'", size, size)
             return left + right
         if type(left) is int:
-            if type(right) is int:
-                bits = max(left.bit_length(), right.bit_length()) + 1
-                if bits > 8 * _SMALL:
-                    self.check_int_bits("'+'", bits)
+            if type(right) is int and not (-_BIG_INT < left < _BIG_INT and -_BIG_INT < right < _BIG_INT):
+                self.check_int_bits("'+'", max(left.bit_length(), right.bit_length()) + 1)
             return left + right
         if isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
-            if type(left) is str and type(right) is str:
-                size = len(left) + len(right)
-            elif isinstance(left, Markup) != isinstance(right, Markup) and isinstance(right, str):
+            if isinstance(left, Markup) != isinstance(right, Markup) and isinstance(right, str):
                 size = (
                     (len(left) + 5 * len(right)) if isinstance(left, Markup) else (5 * len(left) + len(right))
                 )
@@ -1560,7 +1558,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
                     self.check_int_bits("'*'", bits)
             else:
                 seq, times = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
-                if isinstance(seq, _SEQUENCES) and isinstance(times, int) and times > 1:
+                if isinstance(seq, _SEQUENCES) and isinstance(times, int) and times > 0:
                     size = len(seq) * times * (_SLOT if isinstance(seq, (list, tuple)) else 1)
                     self.check("'*'", size, size)
             return operator.mul(left, right)
@@ -1765,6 +1763,17 @@ class Sandbox(ImmutableSandboxedEnvironment):
                 size, built, steps = estimate(__self, subject, kwargs)
                 __self.check(f"{__obj.__name__}()", size, built, steps)
                 args = tuple(subject[1:])
+            if kind is BuiltinMethodType and type(owner) in _PLAIN_OWNERS:
+                # A builtin method of a plain value is always safely callable and takes no
+                # context: this is what the general path ends up doing for it.
+                kwargs.pop("_block_vars", None)
+                kwargs.pop("_loop_vars", None)
+                try:
+                    return __obj(*args, **kwargs)
+                except StopIteration:
+                    return __self.undefined(
+                        "value was undefined because a callable raised a StopIteration exception"
+                    )
         else:
             estimate = __self._call_estimates.get(id(__obj.__code__ if kind is FunctionType else __obj))
             if estimate is not None:

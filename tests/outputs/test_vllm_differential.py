@@ -46,7 +46,7 @@ def _compared(name: str, variant: str | None, syntax: str) -> tuple[Compared, ..
 
 @pytest.mark.parametrize(("name", "variant", "syntax"), CONFIGS, ids=IDS)
 def test_the_vllm_backend_returns_exactly_what_vllms_parsers_return(name, variant, syntax):
-    for r in _compared(name, variant, syntax)[:140]:
+    for r in _compared(name, variant, syntax)[:98]:  # every kind of turn, seven times
         assert boundary_read(name, variant, r.case.text, backend="vllm") == r.theirs, r.case
 
 

@@ -81,10 +81,10 @@ def test_tool_calls_read_back_as_vllm_reads_them(name, variant, message):
     theirs = vllm_read(name, variant, out.body, tools=TOOLS, messages=user, prompt_ids=prompt.token_ids)
     ours = parse_output(fam, out.token_ids, prompt, tools=TOOLS, variant=variant)
     assert ours.ok and theirs.calls
-    assert [(c["function"]["name"], c["function"]["arguments"]) for c in ours.tool_calls] == list(
-        theirs.calls
-    )
-    assert [json.loads(a) for _, a in theirs.calls] == [
-        json.loads(c["function"]["arguments"]) for c in message["tool_calls"]
+    assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in ours.tool_calls] == [
+        (n, json.loads(a)) for n, a in theirs.calls
     ]
+    assert [c["function"]["arguments"] for c in ours.tool_calls] == [
+        c["function"]["arguments"] for c in message["tool_calls"]
+    ]  # as written
     assert (ours.content, ours.reasoning) == (theirs.content, theirs.reasoning)
