@@ -8,37 +8,38 @@ exactly the globals and filters transformers gives them (``raise_exception``,
 On top of the sandbox (which refuses ``__class__``, ``__globals__``, other unsafe attributes
 and mutation of inputs — here with an error at the first unsafe access, where jinja2 alone
 would render an empty string — and gives templates no file, import or OS access; include /
-import / extends are refused when compiling) every render runs under ``RenderLimits``, and
-running past one raises ``RenderLimitExceeded`` — never ``MemoryError``, ``RecursionError``
+import / extends are refused when compiling) every render runs under ``RenderLimits``.
+Running past one raises ``RenderLimitExceeded`` — never ``MemoryError``, ``RecursionError``
 or a hang:
 
 - ``max_string_chars``: what one operation may build, **estimated from its arguments before
-  it runs**: ``+``, ``~``, ``*``, ``%`` (field widths and precisions included), every
+  it runs**: ``+``, ``~``, ``*``, ``%`` (field widths and precisions, ``*`` ones too), every
   builtin filter, the ``str`` / ``bytes`` / ``int`` / ``list`` / ``dict`` methods,
-  ``str.format`` (widths and precisions, nested ``{:{}}`` ones too), ``dict()``,
-  ``namespace()``, ``lipsum()``, ``strftime_now()``, the output of a macro, ``caller()``
-  or ``{% set %}`` / ``{% filter %}`` block, and the text of ``{{ value }}``, ``string``,
-  ``tojson`` or ``pprint`` of a container (a shared value counts as often as it prints).
-  Sizes are characters; a list or tuple slot counts as 8, a dict entry as 32, each fresh
-  object as 64, so a size is close to the bytes it takes;
-- ``max_total_chars``: the same sizes summed over the whole render, so that values kept
-  alive from one loop step to the next cannot add up past it;
+  ``str.format`` / ``format_map`` (widths and precisions, nested ``{:{}}`` ones too),
+  ``dict()``, ``namespace()``, ``lipsum()``, ``strftime_now()``, the output of a macro,
+  ``caller()``, ``{% set %}`` or ``{% filter %}`` block, and the text of ``{{ value }}``,
+  ``string``, ``~``, ``join``, ``tojson`` or ``pprint`` of a container (a value shared in
+  several places counts as often as it prints). Sizes are characters; a list or tuple slot
+  counts as 8, a dict entry as 32 and a fresh object as 64, so a size is close to bytes;
+- ``max_total_chars``: those sizes summed over the render (results under 256 one by one
+  excepted), so what a template keeps from one loop step to the next adds up to no more;
 - ``max_loop_steps``: ``{% for %}`` iterations; and, counted apart, the items filters work
-  through in Python (``map``, ``select``, ``sort``, ``unique``, ``wordwrap`` chunks,
-  ``lipsum`` words, the values ``tojson`` / ``pprint`` visit ...);
-- ``max_int_bits``: integers built by ``+``, ``*``, ``**`` and the ``int`` filter; ``*``,
-  ``**``, ``//`` and ``%`` refuse larger operands, and printing refuses integers over
-  16 times it;
+  through in Python (``map``, ``select``, ``sort``, ``unique``, ``groupby``, ``wordwrap``
+  chunks, ``lipsum`` words, the values ``tojson`` / ``pprint`` / ``{{ }}`` walk ...);
+- ``max_int_bits``: integers built by ``+``, ``*``, ``**``, ``round``, ``int`` and
+  ``int.from_bytes``; ``*``, ``**``, ``//`` and ``%`` refuse larger operands, and printing
+  refuses integers over 16 times it;
 - ``max_output_chars``: size of the rendered text;
-- ``max_seconds``: wall time, read at every 16th loop step, every 16th call and after
-  every ~1M characters of counted work. As no single operation can build or scan more than
-  the limits above, a render stops within one operation's time of its deadline.
+- ``max_seconds``: wall time, read at every 16th loop step, every 16th call, every 64 items a
+  lazy filter draws and every ~1M characters built. Every operation between two readings is
+  bounded by the sizes above, so a render overruns its deadline by no more than they take.
 
-Sizes reach the limits only through the checks, so the bounds hold for what a template
-builds; its inputs are counted where an operation copies them. Two kinds of operation are
-not checked one by one, and their results are bounded otherwise: a slice ``x[a:b]`` (never
-larger than ``x``; ``checked_slice`` counts it where the instrumentation routes slices
-through it) and ``-`` on integers (one bit larger than its operands at most).
+What is not checked one by one is bounded otherwise: a slice ``x[a:b]`` is never larger than
+``x`` (``checked_slice`` counts it, once the instrumentation routes slices through it); ``-``
+on integers adds at most a bit; list, tuple and dict displays hold what the template spells
+out. Each runs once per loop step or call at most, so a render keeps at most
+``max_loop_steps`` times what one of them builds that way. Inside ``{% autoescape true %}``
+jinja2 escapes what it prints, up to 5 times the size measured.
 """
 
 from __future__ import annotations
@@ -141,11 +142,10 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 _SLOT = 8  # a list or tuple slot
 _ENTRY = 32  # a dict entry
 _OBJECT = 64  # a fresh object's header
-_SMALL = 256  # results smaller than this are checked but not counted one by one (see _check)
+_SMALL = 256  # results smaller than this are checked but not counted one by one (Sandbox.check)
 _OPAQUE = 256  # str() of an object that is neither a container nor a scalar (a macro, a loop)
 _CHUNK = 1 << 16  # long strings are measured in chunks this long
 _SEQUENCES = (str, bytes, bytearray, list, tuple)
-_BIG_INT = 1 << (8 * _SMALL)  # integers from here on are checked and counted
 _PLAIN_OWNERS = frozenset({str, bytes, bytearray, int, list, tuple, dict})  # see Sandbox.call
 
 Estimate = tuple[int, int, int]
@@ -154,10 +154,9 @@ Python-level steps it takes)."""
 
 _NOTHING: Estimate = (0, 0, 0)
 
-_WORK_PER_OP = 256  # counted work of one checked operation, besides its size
-_WORK_PER_CALL = 1 << 16  # ... of one call from template code
-_WORK_PER_STEP = 1024  # ... of one Python-level step of a filter (about a microsecond)
-_WORK_PER_CLOCK = 1 << 20  # the clock is read after this much counted work
+_WORK_PER_CLOCK = 1 << 20  # the clock is read after this much built
+_PULSE_PER_CALL = 64  # calls and filter steps count towards a clock reading every 1024
+_PULSE_PER_CLOCK = 1024
 
 
 class Deadline:
@@ -165,16 +164,17 @@ class Deadline:
     operations built, and the clock.
 
     Invariant: a counter past its limit raises ``RenderLimitExceeded`` from the method that
-    moved it; the clock is read at every 16th ``tick`` and whenever the work counted since
-    the last reading passes ``_WORK_PER_CLOCK``."""
+    moved it; the clock is read at every 16th ``tick``, every 16th ``call``, every 1024
+    filter steps and every ``_WORK_PER_CLOCK`` characters built."""
 
-    __slots__ = ("_built", "_deadline", "_limits", "_steps", "_work")
+    __slots__ = ("_deadline", "_limits", "_next_reading", "_pulse", "_room", "_steps")
 
     def __init__(self, limits: RenderLimits) -> None:
         self._limits = limits
         self._steps = 0
-        self._built = 0
-        self._work = 0
+        self._room = limits.max_total_chars  # what the render may still build
+        self._next_reading = max(self._room - _WORK_PER_CLOCK, 0)
+        self._pulse = 0
         self._deadline = time.monotonic() + limits.max_seconds
 
     def tick(self) -> str:
@@ -191,29 +191,37 @@ class Deadline:
 
     def charge(self, size: int, steps: int = 0) -> None:
         """An operation that built ``size`` (see ``_SLOT``) in ``steps`` Python-level steps."""
-        self._built += size + _OBJECT
-        if self._built > self._limits.max_total_chars:
-            raise RenderLimitExceeded(
-                f"the render built more than max_total_chars={self._limits.max_total_chars:,} in all",
-                location="template",
-            )
-        if steps:
-            self._steps += steps
-            if self._steps > self._limits.max_loop_steps:
+        room = self._room - size - _OBJECT
+        self._room = room
+        if room < self._next_reading:
+            if room < 0:
                 raise RenderLimitExceeded(
-                    f"filters iterated over more than max_loop_steps={self._limits.max_loop_steps:,} items",
+                    f"the render built more than max_total_chars={self._limits.max_total_chars:,} in all",
                     location="template",
                 )
-        self._work += size + _WORK_PER_OP + _WORK_PER_STEP * steps
-        if self._work > _WORK_PER_CLOCK:
-            self._work = 0
+            self._next_reading = max(room - _WORK_PER_CLOCK, 0)
+            self.check_time()
+        if steps:
+            self.step(steps)
+
+    def step(self, steps: int) -> None:
+        """Items a filter works through in Python (counted apart from ``tick``'s)."""
+        self._steps += steps
+        if self._steps > self._limits.max_loop_steps:
+            raise RenderLimitExceeded(
+                f"filters iterated over more than max_loop_steps={self._limits.max_loop_steps:,} items",
+                location="template",
+            )
+        self._pulse += steps
+        if self._pulse >= _PULSE_PER_CLOCK:
+            self._pulse = 0
             self.check_time()
 
     def call(self) -> None:
         """One call from template code (a macro, ``caller()``, a method, a global)."""
-        self._work += _WORK_PER_CALL
-        if self._work > _WORK_PER_CLOCK:
-            self._work = 0
+        self._pulse += _PULSE_PER_CALL
+        if self._pulse >= _PULSE_PER_CLOCK:
+            self._pulse = 0
             self.check_time()
 
     def check_time(self) -> None:
@@ -227,7 +235,7 @@ _ACTIVE: ContextVar[Deadline | None] = ContextVar("boundary_active_deadline", de
 
 
 def active_deadline() -> Deadline | None:
-    """The ``Deadline`` of the sandboxed render started last in this context, if any."""
+    """The ``Deadline`` of the sandboxed render running in this context, if one is."""
     return _ACTIVE.get()
 
 
@@ -241,10 +249,19 @@ class LimitedTemplate(jinja2.Template):
     ``Deadline``, which the sandbox's checks find through ``active_deadline``."""
 
     def generate(self, *args: Any, **kwargs: Any) -> Iterator[str]:
-        # Set when the render starts and left in place (no generator wrapped around jinja2's,
-        # which would cost a frame switch per chunk): the next render replaces it.
-        _ACTIVE.set(Deadline(getattr(self.environment, "limits", DEFAULT_LIMITS)))
-        return super().generate(*args, **kwargs)
+        # jinja2's own generate (sync), with the Deadline set around it rather than a generator
+        # wrapped around jinja2's, which would cost a frame switch per chunk.
+        if self.environment.is_async:
+            yield from super().generate(*args, **kwargs)
+            return
+        ctx = self.new_context(dict(*args, **kwargs))
+        token = _ACTIVE.set(Deadline(getattr(self.environment, "limits", DEFAULT_LIMITS)))
+        try:
+            yield from self.root_render_func(ctx)
+        except Exception:
+            yield self.environment.handle_exception()
+        finally:
+            _release(token)
 
     def render(self, *args: Any, **kwargs: Any) -> str:
         token = _ACTIVE.set(Deadline(getattr(self.environment, "limits", DEFAULT_LIMITS)))
@@ -298,11 +315,12 @@ class _Measure:
     every container alive); a recursive reference counts as ``[...]``; measuring stops with
     ``_Over`` once a size passes ``cap``; ``nodes`` is the number of items walked."""
 
-    __slots__ = ("cap", "int_bits", "memo", "nodes", "open")
+    __slots__ = ("cap", "int_bits", "memo", "nodes", "open", "pprint")
 
-    def __init__(self, cap: int, int_bits: int) -> None:
+    def __init__(self, cap: int, int_bits: int, pprint: bool = False) -> None:
         self.cap = cap
         self.int_bits = int_bits
+        self.pprint = pprint
         self.memo: dict[Any, Any] = {}
         self.open: set[int] = set()
         self.nodes = 0
@@ -327,23 +345,25 @@ class _Measure:
             return 0
         return self.stats(x)[0]
 
-    def stats(self, x: Any) -> tuple[int, int, int, int]:
-        """For ``repr(x)``: its size, the items printed, the nesting depth and the longest
-        dict key's repr (the last three bound ``pprint``'s line breaks and indents)."""
+    def stats(self, x: Any) -> tuple[int, int, int, int, int]:
+        """For ``repr(x)``: its size; and what bounds ``pprint``'s line breaks and indents:
+        the items printed, the nesting depth, the longest dict key's repr and (when measuring
+        for ``pprint``) how many pieces its strings may be broken into."""
         if type(x) is str:
-            return _str_repr_size(x), 0, 0, 0
+            breaks = 2 * _runs(_WHITESPACE_RUN, x, _ASCII_SPACES) + 2 if self.pprint else 0
+            return _str_repr_size(x), 0, 0, 0, breaks
         if isinstance(x, bool) or x is None:
-            return 5, 0, 0, 0
+            return 5, 0, 0, 0, 0
         if isinstance(x, int):
-            return self.digits(x), 0, 0, 0
+            return self.digits(x), 0, 0, 0, 0
         if isinstance(x, float):
-            return 24, 0, 0, 0
+            return 24, 0, 0, 0, 0
         if isinstance(x, Undefined):
-            return 9, 0, 0, 0
+            return 9, 0, 0, 0, 0
         if isinstance(x, str):  # Markup('...')
-            return len(type(x).__name__) + 2 + _str_repr_size(str(x)), 0, 0, 0
+            return len(type(x).__name__) + 2 + _str_repr_size(str(x)), 0, 0, 0, 0
         if isinstance(x, (bytes, bytearray)):
-            return 4 * len(x) + 14, 0, 0, 0
+            return 4 * len(x) + 14, 0, 0, 0, len(x) // 4 + 1
         if isinstance(x, dict):
             prefix, items, mapping = 2, x.items(), True
         elif isinstance(x, Namespace):
@@ -356,16 +376,16 @@ class _Measure:
         elif isinstance(x, _VIEWS):
             prefix, items, mapping = len(type(x).__name__) + 4, x, False
         else:
-            return _OPAQUE, 0, 0, 0
+            return _OPAQUE, 0, 0, 0, 0
         key = id(x)
         known = self.memo.get(key)
         if known is not None:
             return known
         if key in self.open:
-            return 5, 0, 0, 0
+            return 5, 0, 0, 0, 0
         self.open.add(key)
         try:
-            size, elements, depth, longest = prefix, 0, 0, 0
+            size, elements, depth, longest, breaks = prefix, 0, 0, 0, 0
             count = 0
             for item in items:
                 count += 1
@@ -374,17 +394,18 @@ class _Measure:
                     ks = self.stats(k)[0]
                     size += ks + 2
                     longest = max(longest, ks)
-                s, e, d, lk = self.stats(item)
+                s, e, d, lk, b = self.stats(item)
                 size += s + 2
                 elements += e + 1
                 depth = max(depth, d)
                 longest = max(longest, lk)
+                breaks += b
                 if size > self.cap:
                     raise _Over
             self.nodes += count
         finally:
             self.open.discard(key)
-        result = (size, elements, depth + 1, longest)
+        result = (size, elements, depth + 1, longest, breaks)
         self.memo[key] = result
         return result
 
@@ -410,7 +431,7 @@ class _Measure:
         n = len(x)
         if not n:
             return 2
-        key = (id(x), depth)
+        key = id(x) if indent is None else (id(x), depth)  # indents depend on the depth
         known = self.memo.get(key)
         if known is not None:
             return known
@@ -558,9 +579,9 @@ def _est_indent(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estima
     width = _arg(args, kwargs, 1, "width", 4)
     w = len(width) if isinstance(width, str) else max(width, 0) if _is_int(width) else 0
     n = len(s)
-    lines = n + 2
-    if w * lines > _CHUNK:
-        lines = _line_count(s) + 1
+    lines = n + 1
+    if w * lines > _SMALL:
+        lines = _line_count(s)  # the lines of s + "\n", which do_indent indents
     size = n + 1 + lines * (w + 1)
     return size, 2 * size, lines
 
@@ -811,18 +832,19 @@ def _json_quick(x: Any, level: int = 1) -> tuple[int, int, int] | None:
 
 
 def _est_pprint(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    measure = env.measure()
     cap = env.limits.max_string_chars
+    measure = _Measure(cap, env.limits.max_int_bits, pprint=True)
     try:
-        size, elements, depth, longest = measure.stats(args[0])
+        size, elements, depth, longest, breaks = measure.stats(args[0])
     except _Over:
         return cap + 1, cap + 1, measure.nodes
     except RecursionError:
         raise _too_deep() from None
-    # pprint breaks lines between items and inside long strings, and indents each line by at
-    # most its depth times the longest key's repr plus brackets
-    lines = elements + size + 1
-    total = 3 * size + lines * (1 + depth * (longest + 4))
+    # pprint breaks lines between items and between the pieces of long strings (each piece
+    # quoted), and indents a line by at most its depth times the longest key's repr and
+    # brackets; it re-measures each level's repr, hence the steps
+    lines = elements + breaks + 1
+    total = size + 2 * breaks + lines * (3 + depth * (longest + 4))
     return total, total, elements * (depth + 1) + measure.nodes
 
 
@@ -1275,13 +1297,17 @@ class Sandbox(ImmutableSandboxedEnvironment):
             extensions=[GenerationTag, jinja2.ext.loopcontrols],
         )
         self.limits = limits
+        self._cap = limits.max_string_chars
+        self._small_int_bits = min(8 * _SMALL, limits.max_int_bits - 1)  # ints checked from here on
+        self._small_int = 1 << self._small_int_bits
         self._safe_attributes: dict[tuple[type, str], bool] = {}
         for name, (estimate, mode) in _FILTER_CHECKS.items():
             self.filters[name] = self._checked_filter(name, self.filters[name], estimate, mode)
         self.filters["tojson"] = self._checked_tojson()
         self.globals["raise_exception"] = raise_exception
         self.globals["strftime_now"] = strftime_now
-        self.finalize = self._checked_output
+        self.finalize = self._checked_output()
+        self.concat = self._checked_concat_output()  # type: ignore[method-assign]
         # what calls of the globals build, by the callee (a function's code, for closures)
         self._call_estimates: dict[int, Callable[[Any, list[Any], dict[str, Any]], Estimate]] = {
             id(dict): _est_dict,
@@ -1294,7 +1320,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
     # -- the checks ----------------------------------------------------------------------------
     def _too_big(self, what: str, size: int) -> RenderLimitExceeded:
         return RenderLimitExceeded(
-            f"{what} would build {size:,} items, over max_string_chars={self.limits.max_string_chars:,}",
+            f"{what} would build a size of {size:,}, over max_string_chars={self.limits.max_string_chars:,}",
             location="template",
         )
 
@@ -1302,7 +1328,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
         """Refuse an operation whose largest result (``size``) is over ``max_string_chars``;
         count all it builds and its steps against the render's ``Deadline`` (results under
         ``_SMALL`` one by one are bounded by the steps and calls that run them instead)."""
-        if size > self.limits.max_string_chars:
+        if size > self._cap:
             raise self._too_big(what, size)
         if built >= _SMALL or steps:
             deadline = _ACTIVE.get()
@@ -1438,6 +1464,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
             i = text.find("%", i)
             if i < 0 or i + 1 >= n:
                 break
+            start = i
             i += 1
             key = None
             if text[i] == "(":
@@ -1469,7 +1496,9 @@ class Sandbox(ImmutableSandboxedEnvironment):
                 break
             conversion = text[i]
             i += 1
+            total -= i - start  # the field's spec is replaced by what it formats
             if conversion == "%":
+                total += 1
                 continue
             fields += 1
             try:
@@ -1512,7 +1541,8 @@ class Sandbox(ImmutableSandboxedEnvironment):
                 self.check("'+'", size, size)
             return left + right
         if type(left) is int:
-            if type(right) is int and not (-_BIG_INT < left < _BIG_INT and -_BIG_INT < right < _BIG_INT):
+            small = self._small_int
+            if type(right) is int and not (-small < left < small and -small < right < small):
                 self.check_int_bits("'+'", max(left.bit_length(), right.bit_length()) + 1)
             return left + right
         if isinstance(left, _SEQUENCES) and isinstance(right, _SEQUENCES):
@@ -1554,7 +1584,7 @@ class Sandbox(ImmutableSandboxedEnvironment):
         if operator_ == "*":
             if isinstance(left, int) and isinstance(right, int):
                 bits = left.bit_length() + right.bit_length()
-                if bits > 8 * _SMALL:
+                if bits > self._small_int_bits:
                     self.check_int_bits("'*'", bits)
             else:
                 seq, times = (left, right) if isinstance(left, _SEQUENCES) else (right, left)
@@ -1603,14 +1633,27 @@ class Sandbox(ImmutableSandboxedEnvironment):
                 self._check_result(what, result)
             return result
 
-        if pass_arg is None:
+        if pass_arg is None and per_char == 0:  # string: a string is its own text
 
             def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
-                if per_char is not None and type(value) is str:
-                    n = len(value) * (per_char if per_char < 3 or not value.isascii() else 1)
+                if type(value) is str and not args and not kwargs:
+                    return value  # what soft_str returns for it
+                return slow((), [value, *args], kwargs)
+
+        elif pass_arg is None and per_char is not None:
+
+            def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
+                if type(value) is str:
+                    n = len(value)
                     if n >= _SMALL:
+                        n *= per_char if per_char < 3 or not value.isascii() else 1
                         check(what, n, n)
-                    return f(value, *args, **kwargs)
+                    return f(value, *args, **kwargs) if args or kwargs else f(value)
+                return slow((), [value, *args], kwargs)
+
+        elif pass_arg is None:
+
+            def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
                 return slow((), [value, *args], kwargs)
 
         else:
@@ -1654,30 +1697,41 @@ class Sandbox(ImmutableSandboxedEnvironment):
         elif type(result) is list:
             self.check(what, len(result) * _SLOT, len(result) * _SLOT)
 
-    def _checked_output(self, value: Any) -> Any:
-        """``finalize``: the text of ``{{ value }}`` is measured before jinja2 builds it."""
-        if type(value) is not str:
-            size = self.text(value)
-            self.check("printing a value", size, size)
-        return value
+    def _checked_output(self) -> Callable[[Any], Any]:
+        """``finalize``: the text of ``{{ value }}`` is measured before jinja2 builds it (a
+        plain function, as it runs for every output)."""
+        text, check = self.text, self.check
 
-    def concat(self, parts: Iterable[str]) -> str:  # type: ignore[override]
-        """The output of a macro, ``caller()`` or block (a list of strings), or of a whole
-        render (a generator), joined after its size is checked."""
-        if type(parts) is list:
-            size = sum(map(len, parts))
-            if size >= _SMALL:
-                self.check("a block's output", size, size)
-            return "".join(parts)
-        out: list[str] = []
-        size = 0
-        cap = self.limits.max_output_chars
-        for part in parts:
-            size += len(part)
-            if size > cap:
-                raise RenderLimitExceeded(f"output passed max_output_chars={cap:,}", location="template")
-            out.append(part)
-        return "".join(out)
+        def finalize(value: Any) -> Any:
+            if type(value) is not str:
+                size = text(value)
+                check("printing a value", size, size)
+            return value
+
+        return finalize
+
+    def _checked_concat_output(self) -> Callable[[Iterable[str]], str]:
+        """``concat``: the output of a macro, ``caller()`` or block (a list of strings), or of a
+        whole render (a generator), joined after its size is checked (a plain function, as it
+        runs for every macro call)."""
+        check, join, cap = self.check, "".join, self.limits.max_output_chars
+
+        def concat(parts: Iterable[str]) -> str:
+            if type(parts) is list:
+                size = sum(map(len, parts))
+                if size >= _SMALL:
+                    check("a block's output", size, size)
+                return join(parts)
+            out: list[str] = []
+            size = 0
+            for part in parts:
+                size += len(part)
+                if size > cap:
+                    raise RenderLimitExceeded(f"output passed max_output_chars={cap:,}", location="template")
+                out.append(part)
+            return join(out)
+
+        return concat
 
     def wrap_str_format(self, value: Any) -> Callable[..., str] | None:
         """jinja2's sandboxed ``str.format`` / ``format_map``, with the sizes checked."""
@@ -1774,6 +1828,8 @@ class Sandbox(ImmutableSandboxedEnvironment):
                     return __self.undefined(
                         "value was undefined because a callable raised a StopIteration exception"
                     )
+        elif (__obj is Namespace or __obj is dict) and not args and len(kwargs) < _SMALL // _ENTRY:
+            pass  # namespace(a=..., b=...): a few entries
         else:
             estimate = __self._call_estimates.get(id(__obj.__code__ if kind is FunctionType else __obj))
             if estimate is not None:
