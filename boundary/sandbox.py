@@ -1810,6 +1810,12 @@ class Sandbox(ImmutableSandboxedEnvironment):
             kwargs.pop("_loop_vars", None)
             return __obj(*args, **kwargs)
         if kind is BuiltinMethodType or kind is MethodType:
+            if __obj.__name__ in ("format", "format_map"):  # however it was reached
+                wrapped = __self.wrap_str_format(__obj)
+                if wrapped is not None:
+                    kwargs.pop("_block_vars", None)
+                    kwargs.pop("_loop_vars", None)
+                    return wrapped(*args, **kwargs)
             estimate = _METHOD_ESTIMATES.get(__obj.__name__)
             owner = __obj.__self__
             if estimate is not None and isinstance(owner, _METHOD_OWNERS):
