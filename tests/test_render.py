@@ -97,7 +97,8 @@ def test_marks_never_reach_the_text_even_when_the_boundary_is_unavailable() -> N
 def test_generation_prompt_read_inside_a_filtered_macro_is_reported_unavailable() -> None:
     src = (
         "{% macro tail() %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}{% endmacro %}"
-        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{{ tail()|trim }}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{{ tail()|trim }}"
     )
     fam = boundary.Family.from_template(src, family("qwen3").tokenizer)
     r = fam.render([{"role": "user", "content": "hi"}])
