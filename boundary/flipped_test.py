@@ -251,7 +251,8 @@ class _Builder:
 
     def _Concat(self, node: nodes.Concat) -> Evaluator:
         parts = [self.build(n) for n in node.nodes]
-        return lambda scope: "".join(str(_plain(p(scope), "a ~ operand")) for p in parts)
+        join = self.env.checked_concat
+        return lambda scope: join(tuple(_plain(p(scope), "a ~ operand") for p in parts))
 
     def _binary(self, node: nodes.BinExpr) -> Evaluator:
         symbol = _ARITHMETIC[type(node)]

@@ -17,7 +17,7 @@ and never puts a mark where template code could observe it:
   site and the message index (the loop item is matched by identity against the request's
   message dicts);
 - at the top of every loop body, a step counted against the render limits; ``+`` and ``~``
-  are routed through the sandbox's size checks;
+  and slices are routed through the sandbox's size checks;
 - ``{% generation %}`` blocks (transformers' extension, same scoping) are bracketed by marks
   when they sit in direct output.
 
@@ -49,6 +49,7 @@ TICK = "bnd.tick"
 GENERATION = "bnd.generation"
 CHECKED_ADD = "bnd.add"
 CHECKED_CONCAT = "bnd.concat"
+CHECKED_SLICE = "bnd.slice"
 
 GENERATION_METHOD = "_generation_support"  # transformers' extension method name
 
@@ -223,6 +224,13 @@ class _Instrument(NodeTransformer):
     def visit_Add(self, node: nodes.Add) -> nodes.Filter:
         left, right = self.visit(node.left), self.visit(node.right)
         return _call(CHECKED_ADD, left, [right], node.lineno)
+
+    def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
+        if not isinstance(node.arg, nodes.Slice):
+            return self.generic_visit(node)
+        bounds = [node.arg.start, node.arg.stop, node.arg.step]
+        args = [nodes.Const(None) if b is None else self.visit(b) for b in bounds]
+        return _call(CHECKED_SLICE, self.visit(node.node), args, node.lineno)
 
     def visit_Concat(self, node: nodes.Concat) -> nodes.Filter:
         parts = [self.visit(n) for n in node.nodes]

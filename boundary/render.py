@@ -22,6 +22,7 @@ from typing import Any
 import jinja2
 import jinja2.meta
 import jinja2.nodes
+import jinja2.runtime
 
 from boundary import instrumentation as ins
 from boundary.errors import (
@@ -125,18 +126,21 @@ def _sandbox(limits: RenderLimits) -> Sandbox:
             ins.GENERATION: _generation,
             ins.CHECKED_ADD: env._checked_add,
             ins.CHECKED_CONCAT: _concat(env),
+            ins.CHECKED_SLICE: env.checked_slice,
         }
     )
     return env
 
 
 def _concat(env: Sandbox) -> Any:
-    checked = getattr(env, "checked_concat", None)
-    if checked is not None:
-        return checked
+    """``~`` as jinja2 compiles it (``markup_join`` under autoescape, else ``str_join``),
+    size-checked by the sandbox."""
 
-    def concat(parts: tuple[Any, ...]) -> str:
-        return "".join(map(str, parts))
+    @jinja2.pass_eval_context
+    def concat(eval_ctx: Any, parts: tuple[Any, ...]) -> str:
+        if eval_ctx.autoescape:
+            return jinja2.runtime.markup_join(parts)
+        return env.checked_concat(parts)
 
     return concat
 
