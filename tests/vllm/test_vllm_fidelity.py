@@ -12,9 +12,9 @@ Under concurrency the model is fed vLLM's own event order (each request admitted
 that first scheduled it, finished at the step whose output finished it), with async
 scheduling driven as the engine runs it. Where they do not agree yet (eviction: the model
 allocates a request's blocks at admission and never preempts, so it evicts other victims than
-vLLM's block pool; kernel-exported prompt checkpoints at a fine unit under ``decode_end``:
-vLLM keeps P_end's exported tail, the policy's geometry knows no exported twin), a strict
-``xfail`` says so and fails the day they do.
+vLLM's block pool), a strict ``xfail`` says so and fails the day they do. With kernel-exported
+prompt checkpoints at a unit finer than the block, upstream's twin is P_end's unit tail
+(``EngineGeometry.exported_twin``).
 """
 
 from __future__ import annotations
@@ -126,13 +126,13 @@ def model_hits_in_engine_order(
     unit: int,
     *,
     capacity: float = float("inf"),
-    upstream_twin: bool = True,
+    exported_twin: bool = False,
 ) -> list[list[int]]:
     """The model's joint hits with admissions and finishes in vLLM's order."""
     geometry = CacheGeometry(
         block_size=block, unit=unit, page_bytes=4096, group_size=1, attention_groups=1, recurrent_groups=1
     )
-    engine = EngineGeometry(block, unit, upstream_twin=upstream_twin)
+    engine = EngineGeometry(block, unit, exported_twin=exported_twin)
     model = HybridPrefixCache(CacheConfig(geometry, capacity_bytes=capacity))
     hasher = PrefixHasher(unit)
     events = sorted(
@@ -177,7 +177,7 @@ def concurrent(block: int, unit: int, variant: Variant, **shape) -> tuple[list[l
         block,
         unit,
         capacity=(shape["num_blocks"] - 1) * 4096 if "num_blocks" in shape else float("inf"),
-        upstream_twin=not (exported and unit < block),
+        exported_twin=exported and unit < block,
     )
     return [[o.hit_tokens for o in s] for s in outcomes], model
 
@@ -194,25 +194,12 @@ def test_with_four_sessions_in_flight_and_async_ordering_they_agree_on_every_joi
     assert sum(map(any, vllm)) == len(vllm)
 
 
-EXPORTED = [
-    pytest.param(
-        block,
-        unit,
-        v,
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="vLLM keeps P_end's exported unit tail; the policy's geometry has no exported twin",
-        ),
-        id=f"b{block}-u{unit}-{v.value}",
-    )
-    if unit < block and v is Variant.DECODE_END
-    else pytest.param(block, unit, v, id=f"b{block}-u{unit}-{v.value}")
-    for block, unit in ((528, 528), (528, 16))
-    for v in Variant
-]
+EXPORTED = [(block, unit, v) for block, unit in ((528, 528), (528, 16)) for v in Variant]
 
 
-@pytest.mark.parametrize(("block", "unit", "variant"), EXPORTED)
+@pytest.mark.parametrize(
+    ("block", "unit", "variant"), EXPORTED, ids=[f"b{b}-u{u}-{v.value}" for b, u, v in EXPORTED]
+)
 def test_with_kernel_exported_prompt_checkpoints_they_agree_on_every_joint_hit(block, unit, variant):
     vllm, model = concurrent(block, unit, variant, exported_checkpoints=True)
     assert vllm == model

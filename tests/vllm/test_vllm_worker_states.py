@@ -35,7 +35,7 @@ def test_every_state_read_is_of_the_readers_own_tokens_one_request_at_a_time(pol
     assert sum(o.hit_tokens % 16 != 0 for o in outcomes) or policy in (Policy.DECODE_END,)
 
 
-@pytest.mark.parametrize("async_scheduling", [False, True])
+@pytest.mark.parametrize("async_scheduling", [pytest.param(False, marks=pytest.mark.slow), True])
 @pytest.mark.parametrize(
     ("block", "unit", "num_blocks"),
     [(16, 4, 360), pytest.param(528, 16, 14, marks=pytest.mark.slow)],
