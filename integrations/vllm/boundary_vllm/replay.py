@@ -149,6 +149,108 @@ class _Live:
     admitted: int = 0
 
 
+class _SessionDriver:
+    """``Replay.run_sessions``: the engine loop of ``EngineCore.step_with_batch_queue`` over a
+    queue of sessions. The loop ends: every step either schedules (queue not full) or
+    processes the oldest batch, and each request's outputs are finite."""
+
+    def __init__(self, replay: Replay, sessions: Sequence[Sequence[ReplayRequest]], concurrency: int) -> None:
+        self.replay = replay
+        self.scheduler = replay.scheduler
+        self.sessions = sessions
+        self.concurrency = concurrency
+        self.depth = 2 if replay.shape.async_scheduling else 1
+        self.outcomes: list[list[ReplayOutcome]] = [[] for _ in sessions]
+        self.waiting = deque(range(len(sessions)))
+        self.live: dict[str, _Live] = {}
+        self.batches: deque[tuple[SchedulerOutput, dict[str, bool]]] = deque()
+        self.step_no = 0
+
+    def run(self) -> list[list[ReplayOutcome]]:
+        self._refill()
+        while self.live or self.batches:
+            if self.scheduler.has_requests():
+                step = self._schedule()
+                if len(self.batches) < self.depth and (
+                    step.total_num_scheduled_tokens > 0 or self.scheduler.has_requests()
+                ):
+                    continue
+            elif not self.batches:
+                break
+            self._process(*self.batches.pop())
+            self._collect()
+            self._refill()
+        return self.outcomes
+
+    def _start(self, session: int) -> None:
+        item = self.sessions[session][len(self.outcomes[session])]
+        request = self.replay.request(item)
+        self.live[request.request_id] = _Live(item, request, session)
+        self.scheduler.add_request(request)
+
+    def _refill(self) -> None:
+        while self.waiting and len({v.session for v in self.live.values()}) < self.concurrency:
+            self._start(self.waiting.popleft())
+
+    def _schedule(self) -> SchedulerOutput:
+        """Schedule one step and note, per request, its hit, prefill chunk and whether it samples."""
+        self.step_no += 1
+        step = self.replay._schedule()
+        retention = getattr(self.scheduler, "boundary_retention", None)
+        for new in step.scheduled_new_reqs:
+            entry = self.live.get(new.req_id)
+            if entry is not None and entry.hit is None:
+                entry.hit, entry.admitted = new.num_computed_tokens, self.step_no
+                if retention is not None:
+                    entry.kind = str(retention.classify_hit(entry.request, entry.hit))
+        samples = {}
+        for rid, n in step.num_scheduled_tokens.items():
+            request, entry = self.scheduler.requests[rid], self.live[rid]
+            if entry.sampled == 0 and request.num_computed_tokens - n < request.num_prompt_tokens:
+                entry.chunks.append(n)
+            entry.copies += len(step.kv_cache_block_copies or ())
+            samples[rid] = not request.is_prefill_chunk
+        self.batches.appendleft((step, samples))
+        return step
+
+    def _process(self, step: SchedulerOutput, samples: dict[str, bool]) -> None:
+        """Feed the step's sampled tokens (each request's recorded outputs, in order)."""
+        ids = list(step.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in ids:
+            entry = self.live.get(rid)
+            if entry is None or not samples[rid]:
+                sampled.append([])
+                continue
+            outputs = entry.item.output_token_ids
+            sampled.append([outputs[min(entry.sampled, len(outputs) - 1)]])
+            entry.sampled += 1
+        index = {rid: k for k, rid in enumerate(ids)}
+        self.scheduler.update_from_output(
+            step, ModelRunnerOutput(req_ids=ids, req_id_to_index=index, sampled_token_ids=sampled)
+        )
+
+    def _collect(self) -> None:
+        """Record the requests that finished; their sessions send their next request."""
+        for rid in [r for r in self.live if r not in self.scheduler.requests]:
+            entry = self.live.pop(rid)
+            assert entry.hit is not None
+            done = self.outcomes[entry.session]
+            done.append(
+                ReplayOutcome(
+                    entry.hit,
+                    entry.kind,
+                    tuple(entry.chunks),
+                    entry.copies,
+                    entry.admitted,
+                    self.step_no,
+                    entry.request.num_preemptions,
+                )
+            )
+            if len(done) < len(self.sessions[entry.session]):
+                self._start(entry.session)
+
+
 class Replay:
     """A live scheduler; ``run`` replays one request to completion, ``run_sessions`` several
     sessions concurrently."""
@@ -267,83 +369,7 @@ class Replay:
         request is added when its previous one finishes, the next session starts when one ends.
         With async scheduling the engine's batch queue is two deep: step t+1 is scheduled
         before step t's output is processed."""
-        scheduler = self.scheduler
-        depth = 2 if self.shape.async_scheduling else 1
-        outcomes: list[list[ReplayOutcome]] = [[] for _ in sessions]
-        waiting = deque(range(len(sessions)))
-        live: dict[str, _Live] = {}
-        batches: deque[tuple[SchedulerOutput, dict[str, bool]]] = deque()
-        step_no = 0
-
-        def start(session: int) -> None:
-            item = sessions[session][len(outcomes[session])]
-            request = self.request(item)
-            live[request.request_id] = _Live(item, request, session)
-            scheduler.add_request(request)
-
-        def refill() -> None:
-            while waiting and len({v.session for v in live.values()}) < concurrency:
-                start(waiting.popleft())
-
-        refill()
-        while live or batches:
-            if scheduler.has_requests():
-                step_no += 1
-                step = self._schedule()
-                samples = {}
-                for new in step.scheduled_new_reqs:
-                    entry = live.get(new.req_id)
-                    if entry is not None and entry.hit is None:
-                        entry.hit, entry.admitted = new.num_computed_tokens, step_no
-                        retention = getattr(scheduler, "boundary_retention", None)
-                        if retention is not None:
-                            entry.kind = str(retention.classify_hit(entry.request, entry.hit))
-                for rid, n in step.num_scheduled_tokens.items():
-                    request, entry = scheduler.requests[rid], live[rid]
-                    if entry.sampled == 0 and request.num_computed_tokens - n < request.num_prompt_tokens:
-                        entry.chunks.append(n)
-                    entry.copies += len(step.kv_cache_block_copies or ())
-                    samples[rid] = not request.is_prefill_chunk
-                batches.appendleft((step, samples))
-                if len(batches) < depth and (step.total_num_scheduled_tokens > 0 or scheduler.has_requests()):
-                    continue
-            elif not batches:
-                break
-            step, samples = batches.pop()
-            ids = list(step.num_scheduled_tokens)
-            sampled = []
-            for rid in ids:
-                entry = live.get(rid)
-                if entry is None or not samples[rid]:
-                    sampled.append([])
-                    continue
-                outputs = entry.item.output_token_ids
-                sampled.append([outputs[min(entry.sampled, len(outputs) - 1)]])
-                entry.sampled += 1
-            scheduler.update_from_output(
-                step,
-                ModelRunnerOutput(
-                    req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)}, sampled_token_ids=sampled
-                ),
-            )
-            for rid in [r for r in live if r not in scheduler.requests]:
-                entry = live.pop(rid)
-                assert entry.hit is not None
-                outcomes[entry.session].append(
-                    ReplayOutcome(
-                        entry.hit,
-                        entry.kind,
-                        tuple(entry.chunks),
-                        entry.copies,
-                        entry.admitted,
-                        step_no,
-                        entry.request.num_preemptions,
-                    )
-                )
-                if len(outcomes[entry.session]) < len(sessions[entry.session]):
-                    start(entry.session)
-            refill()
-        return outcomes
+        return _SessionDriver(self, sessions, concurrency).run()
 
 
 def replay(stream: Sequence[ReplayRequest], shape: EngineShape = EngineShape()) -> list[ReplayOutcome]:
