@@ -68,7 +68,7 @@ class EncodingTokenMap:
         self._n_chars = n_chars
         self._n_tokens = len(enc.ids)
 
-    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+    def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
         if char >= self._n_chars:
             return TokenOffset(self._n_tokens), CharOffset(self._n_chars)
         token = self._enc.char_to_token(char)
