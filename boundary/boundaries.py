@@ -164,7 +164,9 @@ def _encode_piece(
     if not first:
         enc = encode("\n" + piece)
         if enc.ids[: len(newline)] == newline:
-            return enc.ids[len(newline) :], ShiftedTokenMap(enc.token_map, CharOffset(1), TokenOffset(len(newline)))
+            return enc.ids[len(newline) :], ShiftedTokenMap(
+                enc.token_map, CharOffset(1), TokenOffset(len(newline))
+            )
     enc = encode(piece)
     return enc.ids, enc.token_map
 
