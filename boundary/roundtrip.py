@@ -466,7 +466,7 @@ def verify_round_trip(
     render_kwargs: dict[str, Any] = {"variant": variant, "arguments": habits.arguments, **template_kwargs}
     prompt = family.render(messages, tools, True, now=now, **render_kwargs)
     parsed = parse_output(family, ids, prompt, tools=tools, variant=variant, template_kwargs=template_kwargs)
-    roles = [m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None) for m in messages]
+    roles = [str(m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None)) for m in messages]
 
     def probe(
         continuation: Continuation, probe_messages: Sequence[Any], probe_tools: Sequence[Any] | None
