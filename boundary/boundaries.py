@@ -11,6 +11,7 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.errors import TokenizerError
@@ -102,8 +103,9 @@ def control_token_pattern(control_tokens: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
 
 
-def mark_control_tokens(obj: object, pattern: re.Pattern[str]) -> object:
-    """Wrap control tokens in every string of ``obj`` (dict keys excepted) in markers."""
+def mark_control_tokens(obj: object, pattern: re.Pattern[str]) -> Any:
+    """Wrap control tokens in every string of ``obj`` (dict keys excepted) in markers; ``obj``'s
+    shape is kept, tuples coming back as lists."""
     if isinstance(obj, str):
         obj = obj.replace(CONTROL_START, "").replace(CONTROL_END, "")
         return pattern.sub(f"{CONTROL_START}\\g<0>{CONTROL_END}", obj)
