@@ -53,6 +53,24 @@ CALL = {
     ],
 }
 ANSWER = {"role": "assistant", "reasoning_content": "Easy.", "content": "Hello."}
+TWO_CALLS = {
+    "role": "assistant",
+    "reasoning_content": "Need both.",
+    "content": None,
+    "tool_calls": [
+        {
+            "id": "abcdefghi",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+        },
+        {
+            "id": "bcdefghij",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city":"Rome","days":3}'},
+        },
+    ],
+}
+BOTH = [("get_weather", {"city": "Oslo"}), ("get_weather", {"city": "Rome", "days": 3})]
 WEATHER = [("get_weather", {"city": "Oslo", "days": 2})]
 # (family, variant, message, the model's output written by hand from its chat format,
 #  what a client reads back: (reasoning, content, calls), whitespace around text aside)
@@ -64,6 +82,44 @@ HAND_WRITTEN = [
         "<think>\nNeed the weather.\n</think>\n\nChecking.\n<tool_call>\n"
         '{"name": "get_weather", "arguments": {"city":"Oslo","days":2}}\n</tool_call><|im_end|>',
         ("Need the weather.", "Checking.", WEATHER),
+    ),
+    (
+        "qwen3",
+        "current",
+        TWO_CALLS,
+        "<think>\nNeed both.\n</think>\n\n"
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city":"Oslo"}}\n'
+        '</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city":"Rome","days":3}}\n'
+        "</tool_call><|im_end|>",
+        ("Need both.", None, BOTH),
+    ),
+    (
+        "qwen3_5",
+        "think",
+        TWO_CALLS,
+        "Need both.\n</think>\n\n<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n"
+        "</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=city>\nRome\n"
+        "</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call><|im_end|>",
+        ("Need both.", None, BOTH),
+    ),
+    (
+        "kimi_linear",
+        "instruct",
+        TWO_CALLS,
+        "<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>"
+        '{"city":"Oslo"}<|tool_call_end|><|tool_call_begin|>functions.get_weather:1'
+        '<|tool_call_argument_begin|>{"city":"Rome","days":3}<|tool_call_end|><|tool_calls_section_end|><|im_end|>',
+        (None, None, BOTH),
+    ),
+    (
+        "minimax_m2",
+        "m2",
+        TWO_CALLS,
+        "Need both.\n</think>\n\n<minimax:tool_call>\n"
+        '<invoke name="get_weather">\n<parameter name="city">Oslo'
+        '</parameter>\n</invoke>\n<invoke name="get_weather">\n<parameter name="city">Rome</parameter>\n'
+        '<parameter name="days">3</parameter>\n</invoke>\n</minimax:tool_call>[e~[',
+        ("Need both.", None, BOTH),
     ),
     (
         "qwen3_next",
@@ -185,7 +241,8 @@ HAND_WRITTEN = [
 # encoding (a download), Nemotron Nano v2's <TOOLCALL> has no parser in vLLM 0.33.0 and Zamba2
 # writes no tool calls; those three are covered by the hand-written cases only.
 NO_VLLM_ORACLE = {"gpt_oss", "nemotron_nano_v2", "zamba2"}
-HAND_IDS = [f"{n}-{v}-{'call' if m is CALL else 'answer'}" for n, v, m, _, _ in HAND_WRITTEN]
+_KIND = {id(CALL): "call", id(TWO_CALLS): "two-calls", id(ANSWER): "answer"}
+HAND_IDS = [f"{n}-{v}-{_KIND[id(m)]}" for n, v, m, _, _ in HAND_WRITTEN]
 
 
 def _hand_prompt(name: str, variant: str):
