@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from boundary.experiment.replay import BudgetMode
 
 BUDGETS = "equal_capacity,equal_checkpoint_budget"
+POLICIES = "main_sparse,input_end,decode_end,both,chat_aware,horizon,oracle"
 
 
 def _csv(text: str) -> list[str]:
@@ -37,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="replay a workload through the vLLM align-mode cache model under each retention policy",
         description="Render a workload with a family's real template, replay it through a model of "
         "vLLM's align-mode hybrid prefix cache under each retention policy (main_sparse, input_end, "
-        "decode_end, both, chat_aware; oracle as the upper bound) and budget mode, and report the metrics. "
+        "decode_end, both, chat_aware, horizon; oracle as the upper bound) and budget mode, and report the "
+        "metrics. "
         "WORKLOAD is a shipped workload (tau_bench, mt_bench, bfcl, synthetic) or a JSONL trace file in the "
         "audit's format.",
     )
@@ -65,8 +67,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bfcl-categories", default="base", help="BFCL multi-turn categories, comma-separated")
     p.add_argument(
         "--policies",
-        default="main_sparse,input_end,decode_end,both,chat_aware,oracle",
-        help="comma-separated (default: all)",
+        default=POLICIES,
+        help=f"comma-separated (default: {POLICIES})",
     )
     p.add_argument(
         "--budget",
@@ -99,6 +101,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="keep junction states at the unit (vLLM --enable-mamba-shared-prefix-checkpoint)",
     )
     p.add_argument("--concurrency", type=float, default=16.0, help="mean concurrent sessions (default 16)")
+    p.add_argument(
+        "--load-concurrency",
+        type=float,
+        action="append",
+        help="load sweep: mean concurrent sessions (repeatable; with --load-capacity-gib)",
+    )
+    p.add_argument(
+        "--load-capacity-gib",
+        type=float,
+        action="append",
+        help="load sweep: cache memory (repeatable; with --load-concurrency)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--json", dest="json_out", type=Path, help="write the machine-readable result ('-': stdout)"
@@ -137,12 +151,60 @@ def command_line(args: argparse.Namespace) -> str:
         parts.append("--junction-at-unit")
     for unit in args.unit or ():
         parts += ["--unit", str(unit)]
-    if args.policies != "main_sparse,input_end,decode_end,both,chat_aware,oracle":
+    for flag, values in (
+        ("--load-concurrency", args.load_concurrency),
+        ("--load-capacity-gib", args.load_capacity_gib),
+    ):
+        for value in values or ():
+            parts += [flag, f"{value:g}"]
+    if args.policies != POLICIES:
         parts += ["--policies", args.policies]
     for flag, value in (("--json", args.json_out), ("--report", args.report), ("--title", args.title)):
         if value is not None:
             parts += [flag, str(value)]
     return shlex.join(parts)
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Every option checked before any work; ``ValueError`` naming the option (exit 2)."""
+    from boundary.experiment.policies import ALL_NAMES
+
+    positive = [
+        ("--unit", args.unit or ()),
+        ("--capacity-gib", [args.capacity_gib]),
+        ("--concurrency", [args.concurrency]),
+        ("--load-concurrency", args.load_concurrency or ()),
+        ("--load-capacity-gib", args.load_capacity_gib or ()),
+        ("--sessions", [] if args.sessions is None else [args.sessions]),
+        ("--synthetic-sessions", [args.synthetic_sessions]),
+        (
+            "--checkpoint-budget-gib",
+            [] if args.checkpoint_budget_gib is None else [args.checkpoint_budget_gib],
+        ),
+    ]
+    for flag, values in positive:
+        for value in values:
+            if not value > 0:  # also refuses NaN
+                raise ValueError(f"{flag}: must be positive, got {value:g}")
+    if args.checkpoint_budget_gib is not None and args.checkpoint_budget_gib >= args.capacity_gib:
+        raise ValueError(
+            f"--checkpoint-budget-gib: {args.checkpoint_budget_gib:g} must be below --capacity-gib "
+            f"{args.capacity_gib:g}"
+        )
+    policies = _csv(args.policies)
+    unknown = [p for p in policies if p not in ALL_NAMES]
+    if unknown or not policies:
+        raise ValueError(
+            f"--policies: unknown policy {unknown[0]!r} (valid: {', '.join(ALL_NAMES)})"
+            if unknown
+            else f"--policies: none given (valid: {', '.join(ALL_NAMES)})"
+        )
+    if not _csv(args.budget):
+        raise ValueError("--budget: none given (valid: equal_capacity, equal_checkpoint_budget)")
+    for b in _csv(args.budget):
+        _budget(b)
+    if bool(args.load_concurrency) != bool(args.load_capacity_gib):
+        raise ValueError("--load-concurrency and --load-capacity-gib go together")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
     from boundary.experiment.report import markdown, plot
     from boundary.experiment.workloads import SHIPPED, WorkloadOptions, build_stream
 
+    validate(args)
     err = Console(stderr=True, highlight=False)
     kwargs = template_kwargs(args.template_kwargs)
     if args.workload not in SHIPPED and not Path(args.workload).is_file():
@@ -185,6 +248,8 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_budget_gib=args.checkpoint_budget_gib,
         junction_at_unit=args.junction_at_unit,
         output_at_unit=args.decode_states == "unit",
+        load_concurrency=tuple(args.load_concurrency or ()),
+        load_capacity_gib=tuple(args.load_capacity_gib or ()),
     )
     with err.status("preparing the stream") as status:
         stream = build_stream(
@@ -225,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
 def _summary(console, result) -> None:
     from rich.table import Table
 
-    from boundary.experiment.report import pct
+    from boundary.experiment.report.fmt import pct
 
     for unit in result.units:
         table = Table(title=f"unit {unit.unit} (block {unit.block_size}) — reused / oracle")

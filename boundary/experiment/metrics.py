@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from boundary.experiment import plan
+from boundary.experiment.load import prefill_queue
 from boundary.experiment.replay import ProducerAge, RequestRecord, Run
 
 KINDS = ("prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block")
@@ -122,20 +124,21 @@ def run_metrics(run: Run, baseline: Run | None, disaggregated: Run | None = None
         "first_continuation_by_kind": {
             k: slice_summary([r for r in first if r.continuation == k]) for k in ("tool", "user")
         },
-        "avoided_first_misses": None
-        if base is None
-        else sum(
-            1
-            for r in first
-            if r.producer_age == ProducerAge.PREVIOUS.value
-            and base[r.rid].producer_age != ProducerAge.PREVIOUS.value
-        ),
+        "unreachable_prompt_end_first_continuations": plan.unreachable_prompt_end(recs),
+        "after_junction": plan.after_junction(recs, baseline),
         "additional_matched_tokens_after_branch_learned": extra(steady),
         "reactive_branch_learning_misses": sum(r.junction > r.joint for r in recs),
         "reactive_branch_learning_lost_tokens": sum(
             r.junction - r.joint for r in recs if r.junction > r.joint
         ),
         "retained_state_bytes": {"mean": mean_state, "peak": stats.peak_state_bytes},
+        "retained_state_bytes_by_kind": plan.bytes_by_kind(run),
+        "materialization_bytes": sum(r.joint % run.geometry.block_size != 0 for r in recs)
+        * run.geometry.block_bytes,
+        "snapshot_bytes": sum(stats.created.values()) * run.geometry.state_bytes,
+        "extra_scheduler_steps": sum(r.forced_splits for r in recs),
+        "load": prefill_queue(recs).summary(),
+        "pd_states": plan.pd_states(recs, disaggregated),
         "checkpoint_creations": {k: stats.created.get(k, 0) for k in KINDS},
         "checkpoint_hits": {k: stats.state_hits.get(k, 0) for k in KINDS},
         "checkpoint_lifetimes": {
@@ -167,11 +170,11 @@ def run_metrics(run: Run, baseline: Run | None, disaggregated: Run | None = None
         # derived
         "decode_end_hit_rate": _ratio(len(decode_served), len(continuations)),
         "decode_end_hits_by_continuation": dict(Counter(r.continuation for r in decode_served)),
-        "input_end_fallback_rate": _ratio(
+        "input_end_fallback": plan.input_end_fallback(recs),
+        "input_end_fallback_rate": plan.input_end_fallback(recs)["rate"],
+        "input_end_share_of_previous_endpoint_hits": _ratio(
             sum(r.served_by == "input_end" for r in fallback_pool), len(fallback_pool)
-        )
-        if run.policy in ("both", "chat_aware", "horizon")
-        else None,
+        ),
         "first_continuation_effective_hit_rate": slice_summary(first)["reused_over_oracle"],
         "saved_prompt_tokens_per_retained_state_byte": _ratio(joint, mean_state),
         "saved_prefill_work_per_retained_state_byte": _ratio(avoided, mean_state),

@@ -39,6 +39,7 @@ def test_the_command_writes_json_a_report_answering_thirteen_questions_and_plots
         "decode_end",
         "both",
         "chat_aware",
+        "horizon",
     }
     report = (out / "r.md").read_text()
     assert "boundary experiment --workload synthetic --family qwen3_5" in report
