@@ -5,7 +5,8 @@
   that U_end served.
 - Q5 ``unreachable_prompt_end_first_continuations``: among first continuations that share
   neither P_end's materialized position nor its block twin with the previous request (P_end
-  and everything P_end's policy keeps of that request is unreachable), the share U_end served.
+  and everything P_end's policy keeps of that request is unreachable), the share U_end served;
+  and, beside it, the same for P_end's own position alone (its block twin may still serve).
 - Q6 ``after_junction``: requests whose prefix carried a cached reactive junction at lookup
   (the branch was observed and its junction materialized): what the policy still adds over
   ``main_sparse`` on exactly those requests, and the share U_end served.
@@ -56,11 +57,18 @@ def input_end_fallback(records: Sequence[RequestRecord]) -> dict[str, Any]:
 def unreachable_prompt_end(records: Sequence[RequestRecord]) -> dict[str, Any]:
     pool = [r for r in records if r.turn == 1 and r.prompt_end_unreachable]
     served = sum(r.served_by == "input_end" for r in pool)
+    own = [r for r in records if r.turn == 1 and r.prompt_end_position_unreachable]
+    own_served = sum(r.served_by == "input_end" for r in own)
     return {
         "first_continuations": sum(r.turn == 1 for r in records),
         "requests": len(pool),
         "input_end_served": served,
         "rate": _ratio(served, len(pool)),
+        "prompt_end_position_unreachable": {
+            "requests": len(own),
+            "input_end_served": own_served,
+            "rate": _ratio(own_served, len(own)),
+        },
     }
 
 

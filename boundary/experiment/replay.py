@@ -51,7 +51,8 @@ class RequestRecord:
     prompt carries (hash-matched, before the last prompt token); ``prefill_side_prev``: the
     matched ones at or before the producer's prompt end (what a prefill worker holds under
     strict disaggregation). ``prompt_end_unreachable``: this prompt shares neither P_end's
-    materialized position nor its block twin with the previous request (None: first request).
+    materialized position nor its block twin with the previous request (None: first request);
+    ``prompt_end_position_unreachable``: the same for P_end's own position, the twin aside.
     ``junction_present``: a reactive junction state on this prompt's prefix (at a block
     boundary) was cached at lookup: the branch had been observed and its junction kept."""
 
@@ -83,6 +84,7 @@ class RequestRecord:
     matched_prev: tuple[str, ...] = ()
     prefill_side_prev: tuple[str, ...] = ()
     prompt_end_unreachable: bool | None = None
+    prompt_end_position_unreachable: bool | None = None
     junction_present: bool = False
 
     @classmethod
@@ -286,15 +288,14 @@ def _before_lookup(
                 prefill.update(e.labels)
     producer = requests[prev]
     p_last = producer.num_prompt_tokens - 1
-    unreachable = not (
-        _reachable(request, producer, p_last // g.unit * g.unit, g.unit)
-        or _reachable(request, producer, p_last // g.block_size * g.block_size, g.unit)
-    )
+    own = _reachable(request, producer, p_last // g.unit * g.unit, g.unit)
+    unreachable = not (own or _reachable(request, producer, p_last // g.block_size * g.block_size, g.unit))
     return {
         "retained_prev": tuple(sorted(retained)),
         "matched_prev": tuple(sorted(matched)),
         "prefill_side_prev": tuple(sorted(prefill)),
         "prompt_end_unreachable": unreachable,
+        "prompt_end_position_unreachable": not own,
         "junction_present": junction,
     }
 

@@ -87,6 +87,7 @@ def test_unreachable_p_end_is_asked_of_first_continuations_only():
         "requests": 2,
         "input_end_served": 1,
         "rate": 0.5,
+        "prompt_end_position_unreachable": {"requests": 0, "input_end_served": 0, "rate": None},
     }
 
 

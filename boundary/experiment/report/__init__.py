@@ -16,7 +16,14 @@ from boundary.experiment.report.fmt import EQUAL_CAPACITY, gib, pct, runs_under,
 from boundary.experiment.report.header import header
 from boundary.experiment.report.plots import plot
 from boundary.experiment.report.questions import answers
-from boundary.experiment.report.tables import deployments, load_table, serving, side_by_side, unit_sweep
+from boundary.experiment.report.tables import (
+    deployments,
+    load_table,
+    questions_by_unit,
+    serving,
+    side_by_side,
+    unit_sweep,
+)
 
 __all__ = ["markdown", "pct", "plot"]
 
@@ -50,6 +57,12 @@ def markdown(
         lines += [*load_table(first), ""]
     if others:
         lines += ["### Unit sweep (equal total capacity)", "", *unit_sweep(result), ""]
+        lines += [
+            "### The questions at every unit (equal total capacity)",
+            "",
+            *questions_by_unit(result),
+            "",
+        ]
     for u in others:
         lines += [_side_by_side_title(u), "", *side_by_side(u), ""]
     lines += ["### Not measured without a GPU", "", *(f"- {x}" for x in NOT_WITHOUT_GPU), ""]

@@ -38,9 +38,11 @@ def fallback(r: dict[str, Any]) -> str | None:
 
 def unreachable_prompt_end(r: dict[str, Any]) -> str:
     u = r["unreachable_prompt_end_first_continuations"]
+    own = u["prompt_end_position_unreachable"]
     return (
-        f"P_end unreachable in {u['requests']:,} of {u['first_continuations']:,} first continuations; "
-        f"U_end served {u['input_end_served']:,} ({pct(u['rate'])})"
+        f"P_end and its block twin unreachable in {u['requests']:,} of {u['first_continuations']:,} first "
+        f"continuations, U_end served {u['input_end_served']:,} ({pct(u['rate'])}); P_end's own position "
+        f"unreachable in {own['requests']:,}, U_end served {own['input_end_served']:,} ({pct(own['rate'])})"
     )
 
 

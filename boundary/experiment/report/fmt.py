@@ -29,17 +29,19 @@ def gib(x: float | None) -> str:
 
 
 def pflops(x: float | None, sign: bool = False) -> str:
+    """PFLOP, or TFLOP below 0.1 PFLOP so small differences keep their digits."""
     if x is None:
         return DASH
-    return f"{x / 1e15:+,.2f} PFLOP" if sign else f"{x / 1e15:,.1f} PFLOP"
+    value, unit = (x / 1e15, "PFLOP") if abs(x) >= 1e14 or x == 0 else (x / 1e12, "TFLOP")
+    return f"{value:+,.2f} {unit}" if sign else f"{value:,.2f} {unit}"
 
 
 def seconds(x: float | None) -> str:
     return DASH if x is None else f"{x * 1000:,.1f} ms"
 
 
-def rate(x: float | None, unit: str) -> str:
-    return DASH if x is None else f"{x:,.1f} {unit}"
+def rate(x: float | None, unit: str = "") -> str:
+    return DASH if x is None else f"{x:,.1f} {unit}".rstrip()
 
 
 def share(n: int, d: int) -> str:

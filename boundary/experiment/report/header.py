@@ -35,7 +35,21 @@ def header(result: ExperimentResult) -> list[str]:
         f"{c['flops_per_position'] / 1e3:.0f} kFLOP per earlier position; prefill time = FLOPs / "
         f"({c['peak_flops'] / 1e12:.0f} TFLOP/s x {c['utilization']}), an estimate, not a measurement."
     )
-    return [stream, model, cost, *assumptions(s, c), ""]
+    return [stream, model, cost, scope(result), *assumptions(s, c), ""]
+
+
+def scope(result: ExperimentResult) -> str:
+    """What this report sweeps (kept small enough to regenerate every report on one core)."""
+    cfg = result.config
+    units = ", ".join(str(u.unit) for u in result.units)
+    text = f"- Scope: {result.stream['sessions']:,} sessions; units {units} (the first in detail)"
+    if cfg.get("load_concurrency"):
+        conc = ", ".join(f"{c:g}" for c in cfg["load_concurrency"])
+        caps = ", ".join(f"{c:g}" for c in cfg["load_capacity_gib"])
+        text += f"; load sweep at unit {result.units[0].unit}: concurrency {conc} × capacity {caps} GiB"
+    else:
+        text += "; no load sweep (see the reports that carry one)"
+    return text + "."
 
 
 def assumptions(s: dict[str, Any], c: dict[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from boundary.experiment.report.fmt import (
     pct,
     rate,
     seconds,
+    signed,
     table,
     tokens,
 )
@@ -200,3 +201,48 @@ def deployments(run: dict[str, Any]) -> list[str]:
     lines = table(header, rows)
     lines += ["", *(f"- {n.replace('_', ' ')}: {text}." for n, text in pd["deployments"].items())]
     return lines
+
+
+def questions_by_unit(result: ExperimentResult, budget: str = EQUAL_CAPACITY) -> list[str]:
+    """The per-policy answers that move with the unit, one row per unit and policy."""
+    header = [
+        "unit",
+        "policy",
+        "Q1 1st cont. reused / oracle",
+        "Q2 D_end hit rate",
+        "Q3 tool share of D_end hits",
+        "Q4 U_end fallback",
+        "Q5 U_end served / P_end + twin unreachable · / P_end alone unreachable",
+        "Q6 after junction: requests · extra tokens",
+        "Q7 extra tokens vs main_sparse",
+        "Q8 avoided prefill",
+        "Q12 steady reused / oracle",
+    ]
+    rows = []
+    for u in sorted(result.units, key=lambda u: u.unit):
+        for r in (r for r in u.runs if r["budget"] == budget):
+            by = r["decode_end_hits_by_continuation"]
+            hits = sum(by.values())
+            fb, up, j = (
+                r["input_end_fallback"],
+                r["unreachable_prompt_end_first_continuations"],
+                r["after_junction"],
+            )
+            rows.append(
+                [
+                    str(u.unit),
+                    f"`{r['policy']}`",
+                    pct(r["first_continuation"]["reused_over_oracle"]),
+                    pct(r["decode_end_hit_rate"]),
+                    pct(by.get("tool", 0) / hits if hits else None),
+                    f"{pct(fb['rate'])} of {fb['requests']:,}",
+                    f"{up['input_end_served']:,} / {up['requests']:,} · "
+                    f"{up['prompt_end_position_unreachable']['input_end_served']:,} / "
+                    f"{up['prompt_end_position_unreachable']['requests']:,}",
+                    f"{j['requests']:,} · {signed(j['additional_matched_tokens_vs_main_sparse'])}",
+                    signed(r["additional_matched_tokens_vs_main_sparse"]),
+                    pct(r["avoided_prefill_fraction"]),
+                    pct(r["steady_state"]["reused_over_oracle"]),
+                ]
+            )
+    return table(header, rows)
