@@ -216,24 +216,37 @@ def replay(
         if check_every and step % check_every == 0:
             cache.check_invariants()
     cache.close(last)
-    wall = time.perf_counter() - started
-    first = requests[0].arrival if requests else 0.0
+    elapsed = last - (requests[0].arrival if requests else 0.0)
+    done = [r for r in records if r is not None]
+    return _run(policy.name, budget, config, cache, done, last, elapsed, time.perf_counter() - started)
+
+
+def _run(
+    name: str,
+    budget: BudgetMode,
+    config: CacheConfig,
+    cache: HybridPrefixCache,
+    records: list[RequestRecord],
+    last: float,
+    elapsed: float,
+    wall: float,
+) -> Run:
     lifetimes = [e.evicted_at - e.created_at for e in cache.stats.evicted_states if e.evicted_at is not None]
     live = cache.live_states()
     return Run(
-        policy=policy.name,
+        policy=name,
         budget=budget,
         unit=config.geometry.unit,
         geometry=config.geometry,
         capacity_bytes=config.capacity_bytes,
         checkpoint_budget_bytes=config.checkpoint_budget_bytes,
-        records=[r for r in records if r is not None],
+        records=records,
         stats=cache.stats,
         overcommits=cache.working.overcommits
         + (cache.checkpoints.overcommits if cache.checkpoints is not cache.working else 0),
         peak_working_bytes=cache.working.peak,
         peak_checkpoint_bytes=cache.checkpoints.peak,
-        elapsed=last - first,
+        elapsed=elapsed,
         wall_seconds=wall,
         output_reuse=config.output_reuse,
         lifetimes=lifetimes,

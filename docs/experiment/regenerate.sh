@@ -3,7 +3,7 @@
 # the command printed at the top of its report; JSON results go to out/experiment/ (not kept).
 # Sweeps are sized so that the whole set runs in about 20 CPU-minutes: four units for
 # tau-bench, three for BFCL, and the load sweep only in the three reports that carry one.
-# GROUP=a|b|c runs one third (the groups are independent and can run in parallel).
+# ONLY=name[,name...] runs only those reports (they are independent and can run in parallel).
 set -euo pipefail
 D=docs/experiment
 J=out/experiment
@@ -15,28 +15,28 @@ TAU_UNITS=(--unit 16 --unit 1 --unit 64 --unit 1056)
 BF_UNITS=(--unit 16 --unit 1 --unit 1056)
 LOAD=(--load-concurrency 16 --load-concurrency 64 --load-concurrency 256
       --load-capacity-gib 8 --load-capacity-gib 32 --load-capacity-gib 64)
-group=${GROUP:-all}
-run() { [[ $group == all || $group == "$1" ]] && shift && boundary experiment "$@"; return 0; }
+only=",${ONLY:-all},"
+run() { [[ $only == ",all," || $only == *",$1,"* ]] && shift && boundary experiment "$@"; return 0; }
 
-run a --workload tau_bench --family qwen3_5 "${TAU_UNITS[@]}" "${LOAD[@]}" --load-concurrency 512 \
+run q35-shared --workload tau_bench --family qwen3_5 "${TAU_UNITS[@]}" "${LOAD[@]}" --load-concurrency 512 \
     --json $J/tau-bench-qwen3_5-dropped-shared.json --report $D/tau-bench-qwen3_5-dropped-shared.md \
     --title "$Q35, shared system prompt"
-run b --workload tau_bench --family qwen3_5 --system-prompt per_session "${TAU_UNITS[@]}" \
+run q35-per-session --workload tau_bench --family qwen3_5 --system-prompt per_session "${TAU_UNITS[@]}" \
     --json $J/tau-bench-qwen3_5-dropped-per-session.json --report $D/tau-bench-qwen3_5-dropped-per-session.md \
     --title "$Q35, per-session system prompts"
-run b "${P36[@]}" --workload tau_bench "${TAU_UNITS[@]}" "${LOAD[@]}" \
+run q36-shared "${P36[@]}" --workload tau_bench "${TAU_UNITS[@]}" "${LOAD[@]}" \
     --json $J/tau-bench-qwen3_6-preserve-shared.json --report $D/tau-bench-qwen3_6-preserve-shared.md \
     --title "$Q36, shared system prompt"
-run c "${P36[@]}" --workload tau_bench --system-prompt per_session "${TAU_UNITS[@]}" \
+run q36-per-session "${P36[@]}" --workload tau_bench --system-prompt per_session "${TAU_UNITS[@]}" \
     --json $J/tau-bench-qwen3_6-preserve-per-session.json --report $D/tau-bench-qwen3_6-preserve-per-session.md \
     --title "$Q36, per-session system prompts"
-run c "${P36[@]}" --workload tau_bench --decode-states unit "${TAU_UNITS[@]}" \
+run q36-unit "${P36[@]}" --workload tau_bench --decode-states unit "${TAU_UNITS[@]}" \
     --json $J/tau-bench-qwen3_6-preserve-shared-unit-decode-states.json \
     --report $D/tau-bench-qwen3_6-preserve-shared-unit-decode-states.md \
     --title "$Q36, shared system prompt, output-side states at unit boundaries"
-run a --workload bfcl --family qwen3_5 --client kept "${BF_UNITS[@]}" \
+run bfcl --workload bfcl --family qwen3_5 --client kept "${BF_UNITS[@]}" \
     --json $J/bfcl-qwen3_5-kept-shared.json --report $D/bfcl-qwen3_5-kept-shared.md --title "$BF"
-run c --workload bfcl --family qwen3_5 --client kept --decode-states unit "${BF_UNITS[@]}" "${LOAD[@]}" \
+run bfcl-unit --workload bfcl --family qwen3_5 --client kept --decode-states unit "${BF_UNITS[@]}" "${LOAD[@]}" \
     --json $J/bfcl-qwen3_5-kept-shared-unit-decode-states.json \
     --report $D/bfcl-qwen3_5-kept-shared-unit-decode-states.md \
     --title "$BF, output-side states at unit boundaries"

@@ -93,17 +93,23 @@ def _cost(unit: UnitResult) -> list[str]:
 
 
 def _deployments(unit: UnitResult) -> list[str]:
+    """The PD states under ``main_sparse`` (P_end) and ``both`` (U_end + D_end)."""
     runs = runs_under(unit, EQUAL_CAPACITY) or unit.runs
-    run = next((r for r in runs if r["policy"] == "both"), runs[0] if runs else None)
-    if run is None:
+    chosen = [r for r in runs if r["policy"] in ("main_sparse", "both")] or runs[:1]
+    if not chosen:
         return []
-    n = run["pd_states"]["continuations"]
-    intro = (
-        f"Per checkpoint kind of the previous request, over {n:,} continuations under `{run['policy']}`: "
-        "retained at lookup, hash-matched by the new prompt, consumable by the worker that prefills it, "
-        "and selected as its effective joint hit (request counts)."
-    )
-    return [f"### Deployments: the four PD states — unit {unit.unit}", "", intro, "", *deployments(run), ""]
+    out = [f"### Deployments: the four PD states — unit {unit.unit}", ""]
+    for run in chosen:
+        n = run["pd_states"]["continuations"]
+        out += [
+            f"Under `{run['policy']}`, per checkpoint kind of the previous request, over {n:,} "
+            "continuations: retained at lookup, hash-matched by the new prompt, consumable by the worker "
+            "that prefills it, and selected as its effective joint hit (request counts).",
+            "",
+            *deployments(run, notes=run is chosen[-1]),
+            "",
+        ]
+    return out
 
 
 def _side_by_side_title(u: UnitResult) -> str:

@@ -93,6 +93,8 @@ def _units(result: ExperimentResult, path: Path) -> Path:
         strict=True,
     ):
         ax.set_xscale("log")
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.minorticks_off()
         ax.set_xlabel("prefix_match_unit (tokens)")
         ax.set_title(name)
     axes[0].legend(fontsize=8)
@@ -123,8 +125,11 @@ def _load(result: ExperimentResult, path: Path) -> Path:
         axes[0][col].set_title(f"{cap:g} GiB: reused / oracle")
         axes[1][col].set_title(f"{cap:g} GiB: mean TTFT (ms, queued)")
         axes[1][col].set_yscale("log")
+        ticks = sorted({p["concurrency"] for p in points})
         for row in (0, 1):
             axes[row][col].set_xscale("log")
+            axes[row][col].set_xticks(ticks, [f"{t:g}" for t in ticks])
+            axes[row][col].minorticks_off()
             axes[row][col].set_xlabel("concurrent sessions")
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{_title(result)} — load (unit {result.units[0].unit}, {EQUAL_CAPACITY})")

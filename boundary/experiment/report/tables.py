@@ -184,7 +184,7 @@ def load_table(unit: UnitResult) -> list[str]:
     return table(header, rows)
 
 
-def deployments(run: dict[str, Any]) -> list[str]:
+def deployments(run: dict[str, Any], *, notes: bool = True) -> list[str]:
     """The four PD states of the previous request's checkpoints, per kind and deployment."""
     pd = run["pd_states"]
     names = list(pd["deployments"])
@@ -199,7 +199,8 @@ def deployments(run: dict[str, Any]) -> list[str]:
             row.append(f"{k['consumable'][n]:,} · {DASH if sel is None else f'{sel:,}'}")
         rows.append(row)
     lines = table(header, rows)
-    lines += ["", *(f"- {n.replace('_', ' ')}: {text}." for n, text in pd["deployments"].items())]
+    if notes:
+        lines += ["", *(f"- {n.replace('_', ' ')}: {text}." for n, text in pd["deployments"].items())]
     return lines
 
 
