@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import re
 import json
+import re
 
 import pytest
 
@@ -180,7 +180,9 @@ def test_the_trace_writer_appends_bounded_production_records_the_reader_accepts(
     path = tmp_path / "prod.jsonl"
     with TraceWriter(path, max_records=2, flush_every=1) as writer:
         assert writer.write(production_record("s", [1, 2, 3], [4, 2], u_end=1, served_by=None))
-        assert writer.write(production_record("s", [1, 2, 3, 4, 5], None, served_by="decode_end", hit_tokens=4))
+        assert writer.write(
+            production_record("s", [1, 2, 3, 4, 5], None, served_by="decode_end", hit_tokens=4)
+        )
         assert not writer.write(production_record("s", [1], [2]))
     assert (writer.written, writer.dropped) == (2, 1)
     first, second = read_trace(path)

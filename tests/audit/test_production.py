@@ -66,7 +66,9 @@ def test_audit_and_experiment_replay_one_recorded_file_as_it_is(tmp_path, capsys
     audit = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert [t["turn"] for t in audit["turns"]] == [0, 1, 2]
     out = tmp_path / "r.json"
-    rc = main(["experiment", "--workload", str(path), "--unit", "1", "--capacity-gib", "4", "--json", str(out)])
+    rc = main(
+        ["experiment", "--workload", str(path), "--unit", "1", "--capacity-gib", "4", "--json", str(out)]
+    )
     assert rc == 0
     result = json.loads(out.read_text())
     assert result["stream"]["requests"] == 3 and result["units"][0]["unit"] == 1
