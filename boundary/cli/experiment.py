@@ -7,12 +7,14 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from boundary.cli.options import template_kwargs
 
 if TYPE_CHECKING:
+    from boundary.experiment.harness import ExperimentConfig, ExperimentResult
     from boundary.experiment.replay import BudgetMode
+    from boundary.experiment.workloads import WorkloadOptions
 
 BUDGETS = "equal_capacity,equal_checkpoint_budget"
 POLICIES = "main_sparse,input_end,decode_end,both,chat_aware,horizon,oracle"
@@ -211,19 +213,40 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from boundary.experiment.cost import PrefillCostModel
-    from boundary.experiment.harness import ExperimentConfig, run_experiment
+    from boundary.experiment.harness import run_experiment
     from boundary.experiment.presets import preset_for_family
-    from boundary.experiment.report import markdown, plot
-    from boundary.experiment.workloads import SHIPPED, WorkloadOptions, build_stream
+    from boundary.experiment.workloads import SHIPPED, build_stream
 
     validate(args)
     err = Console(stderr=True, highlight=False)
-    kwargs = template_kwargs(args.template_kwargs)
     if args.workload not in SHIPPED and not Path(args.workload).is_file():
         raise ValueError(
             f"--workload {args.workload!r}: neither a shipped workload ({', '.join(SHIPPED)}) nor a file"
         )
     model = preset_for_family(args.family, args.model)
+    options, config = _settings(args)
+    with err.status("preparing the stream") as status:
+        stream = build_stream(
+            args.workload,
+            options,
+            PrefillCostModel(model),
+            use_cache=not args.no_cache,
+            progress=lambda msg: status.update(msg),
+        )
+        err.print(
+            f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {args.family})"
+        )
+        result = run_experiment(stream, model, config, progress=lambda msg: status.update(msg))
+    _write(args, result, stream.name, err)
+    _summary(err, result)
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> tuple[WorkloadOptions, ExperimentConfig]:
+    from boundary.experiment.harness import ExperimentConfig
+    from boundary.experiment.workloads import WorkloadOptions
+
+    kwargs = template_kwargs(args.template_kwargs)
     options = WorkloadOptions(
         family=args.family,
         variant=args.variant,
@@ -251,30 +274,22 @@ def run(args: argparse.Namespace) -> int:
         load_concurrency=tuple(args.load_concurrency or ()),
         load_capacity_gib=tuple(args.load_capacity_gib or ()),
     )
-    with err.status("preparing the stream") as status:
-        stream = build_stream(
-            args.workload,
-            options,
-            PrefillCostModel(model),
-            use_cache=not args.no_cache,
-            progress=lambda msg: status.update(msg),
-        )
-        err.print(
-            f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {args.family})"
-        )
-        result = run_experiment(stream, model, config, progress=lambda msg: status.update(msg))
+    return options, config
+
+
+def _write(args: argparse.Namespace, result: ExperimentResult, name: str, err: Any) -> None:
+    """Plots, the Markdown report and the JSON, where the options ask for them."""
+    from boundary.experiment.report import markdown, plot
+
     plots: list[Path] = []
     folder = args.plots or (args.report.parent if args.report else None)
     if folder is not None:
-        stem = args.report.stem if args.report else stream.name
-        plots = plot(result, folder, stem)
-    command = command_line(args)
+        plots = plot(result, folder, args.report.stem if args.report else name)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         links = [Path(os.path.relpath(p, args.report.parent)) for p in plots]
-        args.report.write_text(
-            markdown(result, command=command, title=args.title, plots=links) + "\n", encoding="utf-8"
-        )
+        text = markdown(result, command=command_line(args), title=args.title, plots=links)
+        args.report.write_text(text + "\n", encoding="utf-8")
         err.print(f"report: {args.report}")
     if args.json_out:
         text = result.model_dump_json(indent=1)
@@ -283,8 +298,6 @@ def run(args: argparse.Namespace) -> int:
         else:
             args.json_out.parent.mkdir(parents=True, exist_ok=True)
             args.json_out.write_text(text + "\n", encoding="utf-8")
-    _summary(err, result)
-    return 0
 
 
 def _summary(console, result) -> None:

@@ -254,26 +254,11 @@ def run_unit(
         cache_config = base_config
         if budget is BudgetMode.EQUAL_CHECKPOINT_BUDGET:
             cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes)
-        baseline_here = baseline
-        for name in ["main_sparse", *[p for p in names if p != "main_sparse"]]:
-            if name == "main_sparse" and budget is BudgetMode.EQUAL_CAPACITY:
-                result = baseline
-            else:
-                say(f"  {name} / {budget.value}")
-                result = run(name, cache_config, budget)
-            if name == "main_sparse":
-                baseline_here = result
-            split = (
-                run(name, replace(cache_config, output_reuse=False), budget)
-                if config.disaggregation
-                else None
-            )
-            if name in names:
-                metrics.append(run_metrics(result, baseline_here, split))
-            runs[(budget.value, name)] = result
-            if keep_runs is not None:
-                keep_runs[(geometry.unit, budget.value, name)] = result
-        _add_incremental([m for m in metrics if m["budget"] == budget.value], runs, budget.value)
+        here = _budget_runs(run, cache_config, budget, baseline, names, config.disaggregation, say, runs)
+        _add_incremental(here, runs, budget.value)
+        metrics += here
+    if keep_runs is not None:
+        keep_runs.update({(geometry.unit, b, name): r for (b, name), r in runs.items()})
     return UnitResult(
         unit=geometry.unit,
         block_size=geometry.block_size,
@@ -283,6 +268,35 @@ def run_unit(
         oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost)),
         runs=metrics,
     )
+
+
+def _budget_runs(
+    run: Callable[[str, CacheConfig, BudgetMode], Run],
+    cache_config: CacheConfig,
+    budget: BudgetMode,
+    baseline: Run,
+    names: list[str],
+    disaggregation: bool,
+    say: Progress,
+    runs: dict[tuple[str, str], Run],
+) -> list[dict[str, Any]]:
+    """Every policy under one budget mode (main_sparse first: the others' baseline); each run
+    lands in ``runs`` by ``(budget, policy)``."""
+    metrics = []
+    baseline_here = baseline
+    for name in ["main_sparse", *[p for p in names if p != "main_sparse"]]:
+        if name == "main_sparse" and budget is BudgetMode.EQUAL_CAPACITY:
+            result = baseline
+        else:
+            say(f"  {name} / {budget.value}")
+            result = run(name, cache_config, budget)
+        if name == "main_sparse":
+            baseline_here = result
+        split = run(name, replace(cache_config, output_reuse=False), budget) if disaggregation else None
+        if name in names:
+            metrics.append(run_metrics(result, baseline_here, split))
+        runs[(budget.value, name)] = result
+    return metrics
 
 
 def _add_incremental(metrics: list[dict[str, Any]], runs: dict[tuple[str, str], Run], budget: str) -> None:
