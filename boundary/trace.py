@@ -1,18 +1,27 @@
-"""Multi-turn traces for the audit: JSONL, one request per line, sessions in order.
+"""Multi-turn traces: one JSONL format for ``boundary audit`` and ``boundary experiment``.
 
-Each line is an OpenAI chat request plus, optionally, what the model generated for it::
+One request per line, a session's requests in order. A line is either an OpenAI chat request
+plus, optionally, what the model generated for it::
 
     {"session": "s1", "messages": [...], "tools": [...],
      "output": {"text": "..."} | {"token_ids": [...]} | {"message": {...}}}
 
-``output.message`` is an assistant message; the audit writes it the way the family's model
-emits it (``boundary.outputs.format_output``). Without ``output`` the audit takes the
-assistant message the session's next request appends after this request's messages.
+or a *production record*: what a serving deployment saw, token ids as the engine had them
+(``TraceWriter`` / ``production_record`` write it; the vLLM plugin records finished requests so)::
 
-A line recorded by a serving engine (``boundary_vllm``'s recorder) also carries ``engine``:
-the prompt ids the engine ran, U_end / P_end / D_end in tokens, the joint prefix-cache hit at
-admission and the kind of checkpoint that served it (``EngineRecord``); its ``output`` is the
-committed token ids.
+    {"session": "s1", "prompt_token_ids": [...], "output": {"token_ids": [...]},
+     "u_end": 812, "p_end": 830, "served_by": "input_end", "hit_tokens": 800}
+
+``output.message`` is an assistant message, written the way the family's model emits it
+(``boundary.outputs.format_output``). Without ``output`` a chat request's output is the
+assistant message the session's next request appends after this request's messages; a
+production record without ``output`` ends at its prompt. In a production record ``p_end``
+(when given) must equal the prompt length and ``u_end`` lie in ``[0, p_end]``; ``served_by``
+is the checkpoint kind that served the request's hit (``prompt_end``, ``input_end``,
+``decode_end``, ``reactive``, ``prompt_end_block``) or null for none.
+
+Every error names the file and line, and the session when the line has one:
+``trace.jsonl:12 (session 's1'): output: ...``.
 
 ``tau_bench_trace`` turns the shipped tau-bench airline trajectories into such a trace, with
 optional seeded synthetic reasoning (the data carries no model reasoning).
@@ -22,11 +31,20 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
 from boundary.errors import RequestError
 
@@ -75,28 +93,68 @@ Output = Annotated[
 ]
 
 
-class EngineRecord(_Model):
-    """What a serving engine saw for one request: the prompt ids it ran, the boundaries in
-    tokens (``u_end`` None when the request carried none), the joint hit at admission and the
-    checkpoint kind that served it (``miss`` when none did), and the retention policy."""
-
-    prompt_token_ids: list[int]
-    p_end: int = Field(ge=1)
-    u_end: int | None = Field(default=None, ge=1)
-    d_end: int | None = Field(default=None, ge=1)
-    hit_tokens: int = Field(default=0, ge=0)
-    served: str = "miss"
-    policy: str | None = None
+ServedBy = Literal["prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block"]
 
 
 class TraceRequest(_Model):
-    """One request of a session."""
+    """One request of a session: a chat request (``messages``) or a production record
+    (``prompt_token_ids`` with the engine's ``u_end`` / ``p_end`` / ``served_by``)."""
 
     session: str = Field(min_length=1)
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]] | None = Field(None, min_length=1)
     tools: list[dict[str, Any]] | None = None
     output: Output | None = None
-    engine: EngineRecord | None = None
+    prompt_token_ids: list[int] | None = Field(None, min_length=1)
+    u_end: int | None = Field(None, ge=0)
+    p_end: int | None = Field(None, gt=0)
+    served_by: ServedBy | None = None
+    hit_tokens: int | None = Field(None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TraceRequest:
+        if (self.messages is None) == (self.prompt_token_ids is None):
+            raise ValueError("expected exactly one of messages, prompt_token_ids")
+        if self.messages is not None:
+            extra = [k for k in ("u_end", "p_end", "served_by", "hit_tokens") if getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"{extra[0]} belongs to a production record (prompt_token_ids)")
+            return self
+        n = len(self.prompt_token_ids or ())
+        if self.p_end is not None and self.p_end != n:
+            raise ValueError(f"p_end {self.p_end} != prompt length {n}")
+        if self.u_end is not None and self.u_end > n:
+            raise ValueError(f"u_end {self.u_end} beyond the prompt ({n} tokens)")
+        if self.output is not None and not isinstance(self.output, TokenOutput):
+            raise ValueError('a production record\'s output is {"token_ids": [...]}')
+        return self
+
+    @property
+    def is_production(self) -> bool:
+        """A production record: token ids as the engine saw them, nothing to render."""
+        return self.prompt_token_ids is not None
+
+
+def production_record(
+    session: str,
+    prompt_token_ids: Sequence[int],
+    output_token_ids: Sequence[int] | None,
+    *,
+    u_end: int | None = None,
+    served_by: str | None = None,
+    hit_tokens: int | None = None,
+) -> TraceRequest:
+    """One finished request as a production record (validated as the reader validates it)."""
+    return TraceRequest.model_validate(
+        {
+            "session": session,
+            "prompt_token_ids": list(prompt_token_ids),
+            "output": None if output_token_ids is None else {"token_ids": list(output_token_ids)},
+            "u_end": u_end,
+            "p_end": len(prompt_token_ids),
+            "served_by": served_by,
+            "hit_tokens": hit_tokens,
+        }
+    )
 
 
 _REQUEST = TypeAdapter(TraceRequest)
@@ -108,17 +166,22 @@ def _error(where: str, exc: ValidationError) -> RequestError:
     message = err["msg"]
     if err["type"] == "extra_forbidden":
         message = "unexpected field"
+    elif err["type"] == "value_error":
+        message = message.removeprefix("Value error, ")
     return RequestError(message, location=f"{where}: {loc}" if loc else where)
 
 
 def parse_line(line: str, where: str) -> TraceRequest:
-    """One JSONL line; ``RequestError`` with ``where`` (``path:line``) on bad input."""
+    """One JSONL line; ``RequestError`` with ``where`` (``path:line``, plus the session when
+    the line names one) on bad input."""
     try:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise RequestError(f"not JSON ({exc.msg} at column {exc.colno})", location=where) from None
     if not isinstance(data, dict):
         raise RequestError(f"expected a JSON object, got {type(data).__name__}", location=where)
+    if isinstance(data.get("session"), str) and data["session"]:
+        where = f"{where} (session {data['session']!r})"
     try:
         return _REQUEST.validate_python(data)
     except ValidationError as exc:
@@ -142,6 +205,42 @@ def write_trace(path: str | Path, requests: Iterable[TraceRequest]) -> None:
     with Path(path).open("w", encoding="utf-8") as f:
         for request in requests:
             f.write(request.model_dump_json(exclude_none=True) + "\n")
+
+
+class TraceWriter:
+    """Appends records to a JSONL trace, at most ``max_records`` of them (later ones are
+    counted in ``dropped``, not written); lines are buffered and flushed every ``flush_every``
+    records and on ``close``. Not thread-safe: a recorder that writes from another thread
+    hands records to one writer through a queue. Usable as a context manager."""
+
+    def __init__(self, path: str | Path, *, max_records: int = 100_000, flush_every: int = 64) -> None:
+        self.path = Path(path)
+        self.max_records = max_records
+        self.flush_every = max(1, flush_every)
+        self.written = 0
+        self.dropped = 0
+        self._file = self.path.open("a", encoding="utf-8")
+
+    def write(self, record: TraceRequest) -> bool:
+        """Append ``record``; False when the bound is reached and it was dropped."""
+        if self.written >= self.max_records:
+            self.dropped += 1
+            return False
+        self._file.write(record.model_dump_json(exclude_none=True) + "\n")
+        self.written += 1
+        if self.written % self.flush_every == 0:
+            self._file.flush()
+        return True
+
+    def close(self) -> None:
+        if not self._file.closed:
+            self._file.close()
+
+    def __enter__(self) -> TraceWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def sessions(requests: Iterable[TraceRequest]) -> dict[str, list[TraceRequest]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 
 import pytest
 
@@ -13,6 +14,8 @@ from boundary.trace import (
     TextOutput,
     TokenOutput,
     TraceRequest,
+    TraceWriter,
+    production_record,
     read_trace,
     sessions,
     tau_bench_trace,
@@ -83,7 +86,8 @@ def test_bad_lines_are_request_errors_naming_the_file_and_line(tmp_path, line, m
     with pytest.raises(RequestError) as info:
         read_trace(_write(tmp_path, [line]))
     assert str(info.value).startswith(str(tmp_path / message.split(":")[0]))
-    assert message.split(":", 1)[1].strip() in str(info.value)
+    without_session = re.sub(r" \(session '[^']*'\)", "", str(info.value))
+    assert message.split(":", 1)[1].strip() in without_session
 
 
 def test_a_missing_or_empty_trace_is_a_request_error(tmp_path):
@@ -128,3 +132,59 @@ def test_trace_requests_are_frozen_models():
     r = TraceRequest(session="s", messages=[{"role": "user", "content": "x"}])
     with pytest.raises(Exception):  # noqa: B017 - pydantic raises ValidationError on assignment
         r.session = "t"
+
+
+def test_a_production_record_reads_with_its_engine_boundaries(tmp_path):
+    line = {
+        "session": "p",
+        "prompt_token_ids": [5, 6, 7, 8],
+        "output": {"token_ids": [9, 2]},
+        "u_end": 2,
+        "p_end": 4,
+        "served_by": "input_end",
+        "hit_tokens": 2,
+    }
+    (request,) = read_trace(_write(tmp_path, [json.dumps(line)]))
+    assert request.is_production and request.messages is None
+    assert (request.u_end, request.p_end, request.served_by, request.hit_tokens) == (2, 4, "input_end", 2)
+    assert request.output == TokenOutput(token_ids=[9, 2])
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ({"session": "p"}, "expected exactly one of messages, prompt_token_ids"),
+        (
+            {"session": "p", "messages": [{"role": "user", "content": "x"}], "prompt_token_ids": [1]},
+            "expected exactly one of messages, prompt_token_ids",
+        ),
+        ({"session": "p", "prompt_token_ids": [1, 2], "p_end": 3}, "p_end 3 != prompt length 2"),
+        ({"session": "p", "prompt_token_ids": [1, 2], "u_end": 3}, "u_end 3 beyond the prompt (2 tokens)"),
+        ({"session": "p", "prompt_token_ids": [1], "output": {"text": "a"}}, "a production record's output"),
+        ({"session": "p", "prompt_token_ids": [1], "served_by": "nope"}, "served_by: Input should be"),
+        (
+            {"session": "p", "messages": [{"role": "user", "content": "x"}], "u_end": 1},
+            "u_end belongs to a production record",
+        ),
+    ],
+)
+def test_bad_production_records_name_the_line_and_the_session(tmp_path, line, message):
+    with pytest.raises(RequestError) as info:
+        read_trace(_write(tmp_path, [json.dumps(line)]))
+    text = str(info.value)
+    assert text.startswith(f"{tmp_path / 't.jsonl'}:1 (session 'p'): ")
+    assert message in text
+
+
+def test_the_trace_writer_appends_bounded_production_records_the_reader_accepts(tmp_path):
+    path = tmp_path / "prod.jsonl"
+    with TraceWriter(path, max_records=2, flush_every=1) as writer:
+        assert writer.write(production_record("s", [1, 2, 3], [4, 2], u_end=1, served_by=None))
+        assert writer.write(
+            production_record("s", [1, 2, 3, 4, 5], None, served_by="decode_end", hit_tokens=4)
+        )
+        assert not writer.write(production_record("s", [1], [2]))
+    assert (writer.written, writer.dropped) == (2, 1)
+    first, second = read_trace(path)
+    assert first.prompt_token_ids == [1, 2, 3] and first.p_end == 3 and first.u_end == 1
+    assert second.output is None and second.served_by == "decode_end" and second.hit_tokens == 4

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
 
+from boundary.audit.production import audit_production_session, stop_ids
 from boundary.audit.records import (
     KINDS,
     CheckpointRecord,
@@ -28,7 +29,7 @@ from boundary.audit.records import (
 )
 from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint
-from boundary.errors import BoundaryError
+from boundary.errors import BoundaryError, RequestError
 from boundary.family import Family
 from boundary.horizon import stability_horizon
 from boundary.outputs import ParsedOutput, format_output, parse_output
@@ -70,6 +71,7 @@ class AuditRun:
     records: list[TurnRecord]
     summary: Summary
     parsed: dict[tuple[str, int], dict[str, Any]]  # (session, turn) -> the parsed assistant message
+    production: bool = False  # every request a production record: replayed as recorded, nothing rendered
 
 
 def audit_requests(
@@ -83,7 +85,15 @@ def audit_requests(
     settings = settings or AuditSettings()
     records: list[TurnRecord] = []
     parsed: dict[tuple[str, int], dict[str, Any]] = {}
+    stops = stop_ids(family)
     for name, session in sessions(requests).items():
+        if any(r.is_production for r in session):
+            if not all(r.is_production for r in session):
+                raise RequestError("mixes production records and chat requests", location=f"session {name!r}")
+            records += audit_production_session(name, session, settings.unit, stops)
+            if advance is not None:
+                advance(len(session))
+            continue
         turns = _audit_session(family, name, session, settings)
         for t in turns:
             records.append(t.record)
@@ -91,7 +101,8 @@ def audit_requests(
                 parsed[(name, t.record.turn)] = t.parsed.message
         if advance is not None:
             advance(len(session))
-    return AuditRun(records, summarize(records), parsed)
+    production = bool(requests) and all(r.is_production for r in requests)
+    return AuditRun(records, summarize(records), parsed, production)
 
 
 def _audit_session(family: Family, name: str, session: list[TraceRequest], s: AuditSettings) -> list[_Turn]:

@@ -25,7 +25,7 @@ def trace_habits(requests: Sequence[TraceRequest]) -> ClientHabits:
     echoed = any(
         m.get("role") == "assistant" and (m.get("reasoning_content") or m.get("reasoning"))
         for r in requests
-        for m in r.messages
+        for m in r.messages or ()
     )
     return ClientHabits(echo_reasoning=echoed)
 
@@ -69,8 +69,11 @@ def _as_written(
 
 
 def candidates(family: Family, settings: AuditSettings, run: AuditRun) -> list[WhatIf]:
-    """The options and habits worth a re-run for this family and trace."""
+    """The options and habits worth a re-run for this family and trace (none for a production
+    trace: its token ids are replayed as recorded, no option or habit changes them)."""
     out: list[WhatIf] = []
+    if run.production:
+        return out
     seen: set[tuple[str, Any]] = set()
     for rewrite in family.spec.history_rewrites:
         for key, value in rewrite.unless.items():

@@ -28,7 +28,7 @@ from boundary.cache.memory import Arena, Entry, EntryKind
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import PlannedState, RetentionPlan, plan_retention
 from boundary.cache.states import RecurrentStates
-from boundary.retention_policy import Decision, Phase
+from boundary.retention_policy import SERVING_ORDER, Decision, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,12 +89,22 @@ class CacheStats:
     dropped_states: int = 0  # prompt-side states a finish decision no longer kept
     evicted_states: list[Entry] = field(default_factory=list)
     state_bytes: int = 0
+    state_bytes_by_kind: Counter[str] = field(default_factory=Counter)  # by a state's primary kind
+    state_byte_seconds_by_kind: Counter[str] = field(default_factory=Counter)
     block_bytes: int = 0
     peak_state_bytes: int = 0
     state_byte_seconds: float = 0.0
     block_byte_seconds: float = 0.0
     started_at: float | None = None
     clock: float = 0.0
+
+
+def primary_kind(state: Entry) -> str:
+    """The kind a state is counted under: its first label in serving order."""
+    for kind in SERVING_ORDER:
+        if kind.value in state.labels:
+            return kind.value
+    return state.labels[0] if state.labels else "unlabelled"
 
 
 class HybridPrefixCache:
@@ -254,6 +264,7 @@ class HybridPrefixCache:
     ) -> Entry:
         state = self._allocate(EntryKind.STATE, self.geometry.state_bytes, planned.position, request.rid, now)
         state.labels = planned.kinds
+        self.stats.state_bytes_by_kind[primary_kind(state)] += state.nbytes
         self.states.cache(state, request.prefix)
         if planned.alias:
             index = planned.position // self.geometry.block_size
@@ -295,6 +306,8 @@ class HybridPrefixCache:
     def _forget(self, entry: Entry) -> None:
         if entry.kind is EntryKind.STATE:
             self.stats.state_bytes -= entry.nbytes
+            if entry.labels:
+                self.stats.state_bytes_by_kind[primary_kind(entry)] -= entry.nbytes
         elif entry.kind is EntryKind.BLOCK:
             self.stats.block_bytes -= entry.nbytes
 
@@ -305,6 +318,8 @@ class HybridPrefixCache:
         if now > s.clock:
             s.state_byte_seconds += s.state_bytes * (now - s.clock)
             s.block_byte_seconds += s.block_bytes * (now - s.clock)
+            for kind, nbytes in s.state_bytes_by_kind.items():
+                s.state_byte_seconds_by_kind[kind] += nbytes * (now - s.clock)
             s.clock = now
 
     # -- invariants -----------------------------------------------------------------------

@@ -7,17 +7,17 @@ import os
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from boundary.cli.options import template_kwargs
 
 if TYPE_CHECKING:
-    from rich.console import Console
-
-    from boundary.experiment.harness import ExperimentResult
+    from boundary.experiment.harness import ExperimentConfig, ExperimentResult
     from boundary.experiment.replay import BudgetMode
+    from boundary.experiment.workloads import WorkloadOptions
 
 BUDGETS = "equal_capacity,equal_checkpoint_budget"
+POLICIES = "main_sparse,input_end,decode_end,both,chat_aware,horizon,oracle"
 
 
 def _csv(text: str) -> list[str]:
@@ -34,13 +34,14 @@ def _budget(name: str) -> BudgetMode:
         raise ValueError(f"--budget: unknown budget mode {name!r} (known: {known})") from None
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "experiment",
         help="replay a workload through the vLLM align-mode cache model under each retention policy",
         description="Render a workload with a family's real template, replay it through a model of "
         "vLLM's align-mode hybrid prefix cache under each retention policy (main_sparse, input_end, "
-        "decode_end, both, chat_aware; oracle as the upper bound) and budget mode, and report the metrics. "
+        "decode_end, both, chat_aware, horizon; oracle as the upper bound) and budget mode, and report the "
+        "metrics. "
         "WORKLOAD is a shipped workload (tau_bench, mt_bench, bfcl, synthetic) or a JSONL trace file in the "
         "audit's format.",
     )
@@ -68,8 +69,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--bfcl-categories", default="base", help="BFCL multi-turn categories, comma-separated")
     p.add_argument(
         "--policies",
-        default="main_sparse,input_end,decode_end,both,chat_aware,oracle",
-        help="comma-separated (default: all)",
+        default=POLICIES,
+        help=f"comma-separated (default: {POLICIES})",
     )
     p.add_argument(
         "--budget",
@@ -102,6 +103,18 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="keep junction states at the unit (vLLM --enable-mamba-shared-prefix-checkpoint)",
     )
     p.add_argument("--concurrency", type=float, default=16.0, help="mean concurrent sessions (default 16)")
+    p.add_argument(
+        "--load-concurrency",
+        type=float,
+        action="append",
+        help="load sweep: mean concurrent sessions (repeatable; with --load-capacity-gib)",
+    )
+    p.add_argument(
+        "--load-capacity-gib",
+        type=float,
+        action="append",
+        help="load sweep: cache memory (repeatable; with --load-concurrency)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--json", dest="json_out", type=Path, help="write the machine-readable result ('-': stdout)"
@@ -140,7 +153,13 @@ def command_line(args: argparse.Namespace) -> str:
         parts.append("--junction-at-unit")
     for unit in args.unit or ():
         parts += ["--unit", str(unit)]
-    if args.policies != "main_sparse,input_end,decode_end,both,chat_aware,oracle":
+    for flag, values in (
+        ("--load-concurrency", args.load_concurrency),
+        ("--load-capacity-gib", args.load_capacity_gib),
+    ):
+        for value in values or ():
+            parts += [flag, f"{value:g}"]
+    if args.policies != POLICIES:
         parts += ["--policies", args.policies]
     for flag, value in (("--json", args.json_out), ("--report", args.report), ("--title", args.title)):
         if value is not None:
@@ -148,22 +167,86 @@ def command_line(args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
+def validate(args: argparse.Namespace) -> None:
+    """Every option checked before any work; ``ValueError`` naming the option (exit 2)."""
+    from boundary.experiment.policies import ALL_NAMES
+
+    positive = [
+        ("--unit", args.unit or ()),
+        ("--capacity-gib", [args.capacity_gib]),
+        ("--concurrency", [args.concurrency]),
+        ("--load-concurrency", args.load_concurrency or ()),
+        ("--load-capacity-gib", args.load_capacity_gib or ()),
+        ("--sessions", [] if args.sessions is None else [args.sessions]),
+        ("--synthetic-sessions", [args.synthetic_sessions]),
+        (
+            "--checkpoint-budget-gib",
+            [] if args.checkpoint_budget_gib is None else [args.checkpoint_budget_gib],
+        ),
+    ]
+    for flag, values in positive:
+        for value in values:
+            if not value > 0:  # also refuses NaN
+                raise ValueError(f"{flag}: must be positive, got {value:g}")
+    if args.checkpoint_budget_gib is not None and args.checkpoint_budget_gib >= args.capacity_gib:
+        raise ValueError(
+            f"--checkpoint-budget-gib: {args.checkpoint_budget_gib:g} must be below --capacity-gib "
+            f"{args.capacity_gib:g}"
+        )
+    policies = _csv(args.policies)
+    unknown = [p for p in policies if p not in ALL_NAMES]
+    if unknown or not policies:
+        raise ValueError(
+            f"--policies: unknown policy {unknown[0]!r} (valid: {', '.join(ALL_NAMES)})"
+            if unknown
+            else f"--policies: none given (valid: {', '.join(ALL_NAMES)})"
+        )
+    if not _csv(args.budget):
+        raise ValueError("--budget: none given (valid: equal_capacity, equal_checkpoint_budget)")
+    for b in _csv(args.budget):
+        _budget(b)
+    if bool(args.load_concurrency) != bool(args.load_capacity_gib):
+        raise ValueError("--load-concurrency and --load-capacity-gib go together")
+
+
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from boundary.experiment.cost import PrefillCostModel
-    from boundary.experiment.harness import ExperimentConfig, run_experiment
+    from boundary.experiment.harness import run_experiment
     from boundary.experiment.presets import preset_for_family
-    from boundary.experiment.report import markdown, plot
-    from boundary.experiment.workloads import SHIPPED, WorkloadOptions, build_stream
+    from boundary.experiment.workloads import SHIPPED, build_stream
 
+    validate(args)
     err = Console(stderr=True, highlight=False)
-    kwargs = template_kwargs(args.template_kwargs)
     if args.workload not in SHIPPED and not Path(args.workload).is_file():
         raise ValueError(
             f"--workload {args.workload!r}: neither a shipped workload ({', '.join(SHIPPED)}) nor a file"
         )
     model = preset_for_family(args.family, args.model)
+    options, config = _settings(args)
+    with err.status("preparing the stream") as status:
+        stream = build_stream(
+            args.workload,
+            options,
+            PrefillCostModel(model),
+            use_cache=not args.no_cache,
+            progress=lambda msg: status.update(msg),
+        )
+        err.print(
+            f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {args.family})"
+        )
+        result = run_experiment(stream, model, config, progress=lambda msg: status.update(msg))
+    _write(args, result, stream.name, err)
+    _summary(err, result)
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> tuple[WorkloadOptions, ExperimentConfig]:
+    from boundary.experiment.harness import ExperimentConfig
+    from boundary.experiment.workloads import WorkloadOptions
+
+    kwargs = template_kwargs(args.template_kwargs)
     options = WorkloadOptions(
         family=args.family,
         variant=args.variant,
@@ -188,31 +271,25 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_budget_gib=args.checkpoint_budget_gib,
         junction_at_unit=args.junction_at_unit,
         output_at_unit=args.decode_states == "unit",
+        load_concurrency=tuple(args.load_concurrency or ()),
+        load_capacity_gib=tuple(args.load_capacity_gib or ()),
     )
-    with err.status("preparing the stream") as status:
-        stream = build_stream(
-            args.workload,
-            options,
-            PrefillCostModel(model),
-            use_cache=not args.no_cache,
-            progress=lambda msg: status.update(msg),
-        )
-        err.print(
-            f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {args.family})"
-        )
-        result = run_experiment(stream, model, config, progress=lambda msg: status.update(msg))
+    return options, config
+
+
+def _write(args: argparse.Namespace, result: ExperimentResult, name: str, err: Any) -> None:
+    """Plots, the Markdown report and the JSON, where the options ask for them."""
+    from boundary.experiment.report import markdown, plot
+
     plots: list[Path] = []
     folder = args.plots or (args.report.parent if args.report else None)
     if folder is not None:
-        stem = args.report.stem if args.report else stream.name
-        plots = plot(result, folder, stem)
-    command = command_line(args)
+        plots = plot(result, folder, args.report.stem if args.report else name)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         links = [Path(os.path.relpath(p, args.report.parent)) for p in plots]
-        args.report.write_text(
-            markdown(result, command=command, title=args.title, plots=links) + "\n", encoding="utf-8"
-        )
+        text = markdown(result, command=command_line(args), title=args.title, plots=links)
+        args.report.write_text(text + "\n", encoding="utf-8")
         err.print(f"report: {args.report}")
     if args.json_out:
         text = result.model_dump_json(indent=1)
@@ -221,14 +298,12 @@ def run(args: argparse.Namespace) -> int:
         else:
             args.json_out.parent.mkdir(parents=True, exist_ok=True)
             args.json_out.write_text(text + "\n", encoding="utf-8")
-    _summary(err, result)
-    return 0
 
 
-def _summary(console: Console, result: ExperimentResult) -> None:
+def _summary(console, result) -> None:
     from rich.table import Table
 
-    from boundary.experiment.report import pct
+    from boundary.experiment.report.fmt import pct
 
     for unit in result.units:
         table = Table(title=f"unit {unit.unit} (block {unit.block_size}) — reused / oracle")

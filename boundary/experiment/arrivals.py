@@ -18,6 +18,9 @@ from dataclasses import replace
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.stream import Continuation, StreamRequest
 
+TOOL_LATENCY_SECONDS = 1.0  # mean client delay after a tool call (exponential)
+THINK_TIME_SECONDS = 10.0  # mean client delay before a new user message (exponential)
+
 
 def interleave(
     sessions: Sequence[Sequence[StreamRequest]],
@@ -25,8 +28,8 @@ def interleave(
     *,
     concurrency: float = 16.0,
     seed: int = 0,
-    tool_latency: float = 1.0,
-    think_time: float = 10.0,
+    tool_latency: float = TOOL_LATENCY_SECONDS,
+    think_time: float = THINK_TIME_SECONDS,
 ) -> list[StreamRequest]:
     """Every request with arrival and finish times, in arrival order, ``rid`` renumbered to
     that order."""

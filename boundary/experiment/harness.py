@@ -21,6 +21,7 @@ from boundary.cache.hybrid import CacheConfig
 from boundary.cache.retention import engine_geometry
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.metrics import incremental, run_metrics, slice_summary
+from boundary.experiment.plan import second_checkpoint_verdict
 from boundary.experiment.policies import ORACLE, POLICIES, policy
 from boundary.experiment.replay import (
     BudgetMode,
@@ -31,6 +32,7 @@ from boundary.experiment.replay import (
     replay_oracle,
 )
 from boundary.experiment.stream import Stream, cache_requests
+from boundary.experiment.sweep import load_sweep
 from boundary.retention_policy import DecodeStates
 
 GIB = 2**30
@@ -51,6 +53,8 @@ class ExperimentConfig(BaseModel):
     output_at_unit: bool = False
     utilization: float = Field(0.4, gt=0, le=1)
     disaggregation: bool = True
+    load_concurrency: tuple[float, ...] = ()
+    load_capacity_gib: tuple[float, ...] = ()
 
 
 class UnitResult(BaseModel):
@@ -63,6 +67,7 @@ class UnitResult(BaseModel):
     checkpoint_budget_bytes: float
     oracle: dict[str, Any]
     runs: list[dict[str, Any]]
+    load_sweep: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class ExperimentResult(BaseModel):
@@ -156,6 +161,18 @@ def run_experiment(
         )
         for unit in config.units
     ]
+    if config.load_concurrency and config.load_capacity_gib:
+        first = config.units[0] or minimum_block_size(model)
+        units[0].load_sweep = load_sweep(
+            stream,
+            geometry_for_unit(model, first),
+            cost,
+            names,
+            concurrency=config.load_concurrency,
+            capacity_gib=config.load_capacity_gib,
+            options=config.model_dump(include={"junction_at_unit", "max_chunk_tokens", "output_at_unit"}),
+            say=say,
+        )
     return ExperimentResult(
         stream={
             **stream.provenance,
@@ -232,29 +249,16 @@ def run_unit(
     else:
         budget_bytes = min(max(baseline.mean_state_bytes, float(geometry.state_bytes)), 0.9 * capacity)
     metrics: list[dict[str, Any]] = []
+    runs: dict[tuple[str, str], Run] = {}
     for budget in config.budgets:
         cache_config = base_config
         if budget is BudgetMode.EQUAL_CHECKPOINT_BUDGET:
             cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes)
-        baseline_here = baseline
-        for name in ["main_sparse", *[p for p in names if p != "main_sparse"]]:
-            if name == "main_sparse" and budget is BudgetMode.EQUAL_CAPACITY:
-                result = baseline
-            else:
-                say(f"  {name} / {budget.value}")
-                result = run(name, cache_config, budget)
-            if name == "main_sparse":
-                baseline_here = result
-            split = (
-                run(name, replace(cache_config, output_reuse=False), budget)
-                if config.disaggregation
-                else None
-            )
-            if name in names:
-                metrics.append(run_metrics(result, baseline_here, split))
-            if keep_runs is not None:
-                keep_runs[(geometry.unit, budget.value, name)] = result
-        _add_incremental([m for m in metrics if m["budget"] == budget.value])
+        here = _budget_runs(run, cache_config, budget, baseline, names, config.disaggregation, say, runs)
+        _add_incremental(here, runs, budget.value)
+        metrics += here
+    if keep_runs is not None:
+        keep_runs.update({(geometry.unit, b, name): r for (b, name), r in runs.items()})
     return UnitResult(
         unit=geometry.unit,
         block_size=geometry.block_size,
@@ -266,15 +270,50 @@ def run_unit(
     )
 
 
-def _add_incremental(metrics: list[dict[str, Any]]) -> None:
+def _budget_runs(
+    run: Callable[[str, CacheConfig, BudgetMode], Run],
+    cache_config: CacheConfig,
+    budget: BudgetMode,
+    baseline: Run,
+    names: list[str],
+    disaggregation: bool,
+    say: Progress,
+    runs: dict[tuple[str, str], Run],
+) -> list[dict[str, Any]]:
+    """Every policy under one budget mode (main_sparse first: the others' baseline); each run
+    lands in ``runs`` by ``(budget, policy)``."""
+    metrics = []
+    baseline_here = baseline
+    for name in ["main_sparse", *[p for p in names if p != "main_sparse"]]:
+        if name == "main_sparse" and budget is BudgetMode.EQUAL_CAPACITY:
+            result = baseline
+        else:
+            say(f"  {name} / {budget.value}")
+            result = run(name, cache_config, budget)
+        if name == "main_sparse":
+            baseline_here = result
+        split = run(name, replace(cache_config, output_reuse=False), budget) if disaggregation else None
+        if name in names:
+            metrics.append(run_metrics(result, baseline_here, split))
+        runs[(budget.value, name)] = result
+    return metrics
+
+
+def _add_incremental(metrics: list[dict[str, Any]], runs: dict[tuple[str, str], Run], budget: str) -> None:
+    """``both``'s second checkpoint against each single endpoint: the incremental hit rate
+    and saved work, and the plan's Q10 verdict (saved work minus work lost to its evictions)."""
     by_name = {m["policy"]: m for m in metrics}
     if "both" not in by_name:
         return
     both = by_name["both"]
     both["incremental_hit_rate"] = {}
     both["incremental_saved_work"] = {}
+    both["second_checkpoint_verdict"] = {}
     for single in ("input_end", "decode_end"):
         if single in by_name:
             delta = incremental(both, by_name[single])
             both["incremental_hit_rate"][f"over_{single}"] = delta["reused_over_oracle"]
             both["incremental_saved_work"][f"over_{single}"] = delta["saved_work_flops"]
+            both["second_checkpoint_verdict"][f"over_{single}"] = second_checkpoint_verdict(
+                runs[(budget, "both")], runs[(budget, single)]
+            )

@@ -16,6 +16,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from boundary.experiment import plan
+from boundary.experiment.load import prefill_queue
 from boundary.experiment.replay import ProducerAge, RequestRecord, Run
 
 KINDS = ("prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block")
@@ -56,86 +58,80 @@ def _counts(values: Iterable[str | None], keys: Sequence[str], none: str = "none
 
 def run_metrics(run: Run, baseline: Run | None, disaggregated: Run | None = None) -> dict[str, Any]:
     """The metrics of one run; ``baseline``: main_sparse under the same budget (None when
-    ``run`` is that baseline's own counterfactual)."""
+    ``run`` is that baseline's own counterfactual); ``disaggregated``: the same policy replayed
+    with prefill/decode disaggregation (no output reuse)."""
     recs = run.records
-    n = len(recs)
-    first = [r for r in recs if r.turn == 1]
-    steady = [r for r in recs if r.turn >= 2]
-    continuations = [r for r in recs if r.turn >= 1]
-    joint = sum(r.joint for r in recs)
-    avoided = sum(r.avoided_flops for r in recs)
-    total_work = sum(r.avoided_flops + r.recompute_flops for r in recs)
-    stats = run.stats
-    mean_state = run.mean_state_bytes
-    served = _counts((r.served_by for r in recs), KINDS)
-    base = {r.rid: r for r in baseline.records} if baseline is not None else None
-
-    def extra(rows: Iterable[RequestRecord]) -> int | None:
-        return None if base is None else sum(r.joint - base[r.rid].joint for r in rows)
-
-    decode_served = [r for r in continuations if r.served_by == "decode_end"]
-    fallback_pool = [
-        r
-        for r in continuations
-        if r.served_by in ("input_end", "decode_end") and r.producer_age == ProducerAge.PREVIOUS.value
-    ]
-    ttft = [r.ttft_seconds for r in recs]
-    lifetimes = run.lifetimes
-    evictions = {f"{victim}_by_{cause}": count for (victim, cause), count in sorted(stats.evictions.items())}
-    displaced = sum(1 for e in stats.evicted_states if e.hits == 0)
-    materialized = {
-        kind: statistics.fmean([r.joint for r in recs if r.served_by == kind])
-        if any(r.served_by == kind for r in recs)
-        else None
-        for kind in KINDS
-    }
-    losses = [r.flooring_loss for r in recs if r.flooring_loss is not None]
     out: dict[str, Any] = {
         "policy": run.policy,
         "budget": run.budget.value,
         "unit": run.unit,
         "block_size": run.geometry.block_size,
-        "requests": n,
+        "requests": len(recs),
         "prompt_tokens": sum(r.prompt_tokens for r in recs),
-        "selected_checkpoint": served,
+    }
+    out |= _reuse(recs, baseline)
+    out |= _memory(run)
+    out |= _engine(run, disaggregated)
+    out |= _derived(run)
+    return out
+
+
+def _reuse(recs: list[RequestRecord], baseline: Run | None) -> dict[str, Any]:
+    """What matched, who served it, and what it saved (plan questions 1, 4-8, 12)."""
+    first = [r for r in recs if r.turn == 1]
+    steady = [r for r in recs if r.turn >= 2]
+    avoided = sum(r.avoided_flops for r in recs)
+    base = {r.rid: r for r in baseline.records} if baseline is not None else None
+
+    def extra(rows: Iterable[RequestRecord]) -> int | None:
+        return None if base is None else sum(r.joint - base[r.rid].joint for r in rows)
+
+    ttft = [r.ttft_seconds for r in recs]
+    losses = [r.flooring_loss for r in recs if r.flooring_loss is not None]
+    by_kind = {k: [r.joint for r in recs if r.served_by == k] for k in KINDS}
+    return {
+        "selected_checkpoint": _counts((r.served_by for r in recs), KINDS),
         "materialized_boundary": {
-            "mean_joint_by_kind": materialized,
+            "mean_joint_by_kind": {k: statistics.fmean(v) if v else None for k, v in by_kind.items()},
             "mean_flooring_loss_tokens": statistics.fmean(losses) if losses else None,
         },
         "producer_age": _counts((r.producer_age for r in recs), [a.value for a in ProducerAge]),
         "attention_matched_tokens": sum(r.attention for r in recs),
         "recurrent_matched_tokens": sum(r.recurrent for r in recs),
-        "joint_matched_tokens": joint,
+        "joint_matched_tokens": sum(r.joint for r in recs),
         "oracle_reusable_tokens": sum(r.oracle for r in recs),
         "additional_matched_tokens_vs_main_sparse": extra(recs),
         "prompt_tokens_recomputed": sum(r.prompt_tokens - r.joint for r in recs),
         "avoided_prefill_flops": avoided,
-        "avoided_prefill_fraction": _ratio(avoided, total_work),
+        "avoided_prefill_fraction": _ratio(avoided, sum(r.avoided_flops + r.recompute_flops for r in recs)),
         "ttft_estimate_seconds": {
             "mean": statistics.fmean(ttft) if ttft else None,
             "p50": _percentile(ttft, 0.5),
             "p90": _percentile(ttft, 0.9),
         },
+        "load": prefill_queue(recs).summary(),
         "hit_rate": slice_summary(recs),
         "first_continuation": slice_summary(first),
         "steady_state": slice_summary(steady),
         "first_continuation_by_kind": {
             k: slice_summary([r for r in first if r.continuation == k]) for k in ("tool", "user")
         },
-        "avoided_first_misses": None
-        if base is None
-        else sum(
-            1
-            for r in first
-            if r.producer_age == ProducerAge.PREVIOUS.value
-            and base[r.rid].producer_age != ProducerAge.PREVIOUS.value
-        ),
+        "unreachable_prompt_end_first_continuations": plan.unreachable_prompt_end(recs),
+        "after_junction": plan.after_junction(recs, baseline),
         "additional_matched_tokens_after_branch_learned": extra(steady),
         "reactive_branch_learning_misses": sum(r.junction > r.joint for r in recs),
         "reactive_branch_learning_lost_tokens": sum(
             r.junction - r.joint for r in recs if r.junction > r.joint
         ),
+    }
+
+
+def _memory(run: Run) -> dict[str, Any]:
+    """Retained states: bytes (per kind), creations, hits, lifetimes, evictions, occupancy (Q9, Q10)."""
+    stats, mean_state, lifetimes = run.stats, run.mean_state_bytes, run.lifetimes
+    return {
         "retained_state_bytes": {"mean": mean_state, "peak": stats.peak_state_bytes},
+        "retained_state_bytes_by_kind": plan.bytes_by_kind(run),
         "checkpoint_creations": {k: stats.created.get(k, 0) for k in KINDS},
         "checkpoint_hits": {k: stats.state_hits.get(k, 0) for k in KINDS},
         "checkpoint_lifetimes": {
@@ -145,8 +141,8 @@ def run_metrics(run: Run, baseline: Run | None, disaggregated: Run | None = None
             "surviving": run.survivors,
             "surviving_mean_age_seconds": statistics.fmean(run.survivor_ages) if run.survivor_ages else None,
         },
-        "evictions": evictions,
-        "displaced_checkpoints": displaced,
+        "evictions": {f"{victim}_by_{cause}": n for (victim, cause), n in sorted(stats.evictions.items())},
+        "displaced_checkpoints": sum(1 for e in stats.evicted_states if e.hits == 0),
         "occupancy": {
             "state_fraction": _ratio(mean_state, run.capacity_bytes),
             "block_fraction": _ratio(run.mean_block_bytes, run.capacity_bytes),
@@ -155,29 +151,56 @@ def run_metrics(run: Run, baseline: Run | None, disaggregated: Run | None = None
             else _ratio(mean_state, run.checkpoint_budget_bytes),
         },
         "overcommits": run.overcommits,
+    }
+
+
+def _engine(run: Run, disaggregated: Run | None) -> dict[str, Any]:
+    """What the checkpoints cost the engine, and what survives disaggregation (Q13, PD states)."""
+    recs, g = run.records, run.geometry
+    joint = sum(r.joint for r in recs)
+    return {
+        "snapshot_bytes": sum(run.stats.created.values()) * g.state_bytes,
+        "materialization_bytes": sum(r.joint % g.block_size != 0 for r in recs) * g.block_bytes,
+        "extra_scheduler_steps": sum(r.forced_splits for r in recs),
         "forced_scheduler_splits": sum(r.forced_splits for r in recs),
         "duplicate_candidates": sum(r.collapsed for r in recs),
         "recached_states": sum(r.recached for r in recs),
+        "pd_states": plan.pd_states(recs, disaggregated),
         "disaggregated_consumability": _ratio(
             sum(r.joint for r in recs if r.served_from_output is False), joint
         ),
         "disaggregated_reused_over_colocated": None
         if disaggregated is None
         else _ratio(sum(r.joint for r in disaggregated.records), joint),
-        # derived
+    }
+
+
+def _derived(run: Run) -> dict[str, Any]:
+    """The derived rates (Q2, Q3, Q4 and per-byte yields)."""
+    recs, mean_state = run.records, run.mean_state_bytes
+    continuations = [r for r in recs if r.turn >= 1]
+    decode_served = [r for r in continuations if r.served_by == "decode_end"]
+    previous = [
+        r
+        for r in continuations
+        if r.served_by in ("input_end", "decode_end") and r.producer_age == ProducerAge.PREVIOUS.value
+    ]
+    fallback = plan.input_end_fallback(recs)
+    return {
         "decode_end_hit_rate": _ratio(len(decode_served), len(continuations)),
         "decode_end_hits_by_continuation": dict(Counter(r.continuation for r in decode_served)),
-        "input_end_fallback_rate": _ratio(
-            sum(r.served_by == "input_end" for r in fallback_pool), len(fallback_pool)
-        )
-        if run.policy in ("both", "chat_aware", "horizon")
-        else None,
-        "first_continuation_effective_hit_rate": slice_summary(first)["reused_over_oracle"],
-        "saved_prompt_tokens_per_retained_state_byte": _ratio(joint, mean_state),
-        "saved_prefill_work_per_retained_state_byte": _ratio(avoided, mean_state),
+        "input_end_fallback": fallback,
+        "input_end_fallback_rate": fallback["rate"],
+        "input_end_share_of_previous_endpoint_hits": _ratio(
+            sum(r.served_by == "input_end" for r in previous), len(previous)
+        ),
+        "first_continuation_effective_hit_rate": slice_summary([r for r in recs if r.turn == 1])[
+            "reused_over_oracle"
+        ],
+        "saved_prompt_tokens_per_retained_state_byte": _ratio(sum(r.joint for r in recs), mean_state),
+        "saved_prefill_work_per_retained_state_byte": _ratio(sum(r.avoided_flops for r in recs), mean_state),
         "replay_wall_seconds": run.wall_seconds,
     }
-    return out
 
 
 def incremental(both: dict[str, Any], single: dict[str, Any]) -> dict[str, float | None]:

@@ -44,7 +44,17 @@ class RequestRecord:
     """One request under one policy. Lengths in tokens; ``oracle``: the reusable prefix;
     ``served_by``: the serving state's checkpoint kind (None: no hit); ``served_from_output``:
     the state sits past its producer's prompt (a decode-side state); ``flooring_loss``: for a
-    state the same session produced, its logical position minus where it materialized."""
+    state the same session produced, its logical position minus where it materialized.
+
+    What the session's previous request left, seen at this request's lookup (kinds by label):
+    ``retained_prev``: its states still cached; ``matched_prev``: those whose prefix id this
+    prompt carries (hash-matched, before the last prompt token); ``prefill_side_prev``: the
+    matched ones at or before the producer's prompt end (what a prefill worker holds under
+    strict disaggregation). ``prompt_end_unreachable``: this prompt shares neither P_end's
+    materialized position nor its block twin with the previous request (None: first request);
+    ``prompt_end_position_unreachable``: the same for P_end's own position, the twin aside.
+    ``junction_present``: a reactive junction state on this prompt's prefix (at a block
+    boundary) was cached at lookup: the branch had been observed and its junction kept."""
 
     rid: int
     session: str
@@ -69,6 +79,13 @@ class RequestRecord:
     avoided_flops: float
     recompute_flops: float
     ttft_seconds: float
+    arrival: float = 0.0
+    retained_prev: tuple[str, ...] = ()
+    matched_prev: tuple[str, ...] = ()
+    prefill_side_prev: tuple[str, ...] = ()
+    prompt_end_unreachable: bool | None = None
+    prompt_end_position_unreachable: bool | None = None
+    junction_present: bool = False
 
     @classmethod
     def of(cls, request: StreamRequest, cost: PrefillCostModel, joint: int, **outcome: Any) -> RequestRecord:
@@ -86,6 +103,7 @@ class RequestRecord:
             avoided_flops=cost.flops(0, joint),
             recompute_flops=cost.flops(joint, n),
             ttft_seconds=cost.seconds(joint, n),
+            arrival=request.arrival,
             **outcome,
         )
 
@@ -179,45 +197,120 @@ def replay(
     cache = HybridPrefixCache(config)
     meta = stream.requests
     records: list[RequestRecord | None] = [None] * len(requests)
+    made: dict[int, list[Entry]] = {}
+    previous: dict[str, int] = {}
     started = time.perf_counter()
     last = 0.0
     for step, (now, arrival, i) in enumerate(events):
         last = now
         request = requests[i]
         if not arrival:
-            cache.finish(request.rid, now, policy.finish(meta[i], geometry))
+            made.setdefault(i, []).extend(cache.finish(request.rid, now, policy.finish(meta[i], geometry)))
         else:
             sr = meta[i]
+            before = _before_lookup(cache, requests, previous.get(sr.session), request, made, meta)
             admission = cache.admit(request, policy.admission(sr, geometry), now)
-            hit = admission.hit
-            records[i] = _record(sr, admission, hit, oracle[i], meta, cost)
+            made[i] = list(admission.created)
+            previous[sr.session] = i
+            records[i] = _record(sr, admission, admission.hit, oracle[i], meta, cost, before)
         if check_every and step % check_every == 0:
             cache.check_invariants()
     cache.close(last)
-    wall = time.perf_counter() - started
-    first = requests[0].arrival if requests else 0.0
+    elapsed = last - (requests[0].arrival if requests else 0.0)
+    done = [r for r in records if r is not None]
+    return _run(policy.name, budget, config, cache, done, last, elapsed, time.perf_counter() - started)
+
+
+def _run(
+    name: str,
+    budget: BudgetMode,
+    config: CacheConfig,
+    cache: HybridPrefixCache,
+    records: list[RequestRecord],
+    last: float,
+    elapsed: float,
+    wall: float,
+) -> Run:
     lifetimes = [e.evicted_at - e.created_at for e in cache.stats.evicted_states if e.evicted_at is not None]
     live = cache.live_states()
     return Run(
-        policy=policy.name,
+        policy=name,
         budget=budget,
         unit=config.geometry.unit,
         geometry=config.geometry,
         capacity_bytes=config.capacity_bytes,
         checkpoint_budget_bytes=config.checkpoint_budget_bytes,
-        records=[r for r in records if r is not None],
+        records=records,
         stats=cache.stats,
         overcommits=cache.working.overcommits
         + (cache.checkpoints.overcommits if cache.checkpoints is not cache.working else 0),
         peak_working_bytes=cache.working.peak,
         peak_checkpoint_bytes=cache.checkpoints.peak,
-        elapsed=last - first,
+        elapsed=elapsed,
         wall_seconds=wall,
         output_reuse=config.output_reuse,
         lifetimes=lifetimes,
         survivors=len(live),
         survivor_ages=[last - e.created_at for e in live],
     )
+
+
+def _reachable(request: CacheRequest, producer: CacheRequest, position: int, unit: int) -> bool:
+    k = position // unit - 1
+    return (
+        0 < position < request.num_prompt_tokens
+        and k < len(request.prefix)
+        and k < len(producer.prefix)
+        and request.prefix[k] == producer.prefix[k]
+    )
+
+
+def _before_lookup(
+    cache: HybridPrefixCache,
+    requests: Sequence[CacheRequest],
+    prev: int | None,
+    request: CacheRequest,
+    made: dict[int, list[Entry]],
+    meta: Sequence[StreamRequest],
+) -> dict[str, Any]:
+    """The ``RequestRecord`` fields about what the session's previous request left (see there)."""
+    g = cache.geometry
+    junction = False
+    for end in range(g.block_size, request.num_prompt_tokens, g.block_size):
+        found = cache.states.index.entries.get(request.prefix[end // g.unit - 1], ())
+        if any("reactive" in e.labels for e in found):
+            junction = True
+            break
+    if prev is None:
+        return {"junction_present": junction}
+    retained: set[str] = set()
+    matched: set[str] = set()
+    prefill: set[str] = set()
+    for e in made.get(prev, ()):
+        if not (e.live and e.keys):
+            continue
+        retained.update(e.labels)
+        k = e.position // g.unit - 1
+        if (
+            0 < e.position < request.num_prompt_tokens
+            and k < len(request.prefix)
+            and request.prefix[k] == e.keys[0]
+        ):
+            matched.update(e.labels)
+            if e.position <= meta[prev].num_prompt_tokens:
+                prefill.update(e.labels)
+    producer = requests[prev]
+    p_last = producer.num_prompt_tokens - 1
+    own = _reachable(request, producer, p_last // g.unit * g.unit, g.unit)
+    unreachable = not (own or _reachable(request, producer, p_last // g.block_size * g.block_size, g.unit))
+    return {
+        "retained_prev": tuple(sorted(retained)),
+        "matched_prev": tuple(sorted(matched)),
+        "prefill_side_prev": tuple(sorted(prefill)),
+        "prompt_end_unreachable": unreachable,
+        "prompt_end_position_unreachable": not own,
+        "junction_present": junction,
+    }
 
 
 def _record(
@@ -227,6 +320,7 @@ def _record(
     oracle: int,
     meta: Sequence[StreamRequest],
     cost: PrefillCostModel,
+    before: dict[str, Any],
 ) -> RequestRecord:
     state = hit.state
     age = loss = from_output = None
@@ -270,4 +364,5 @@ def _record(
         collapsed=admission.plan.collapsed,
         recached=admission.recached,
         forced_splits=admission.forced_splits,
+        **before,
     )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from boundary.cli.main import main
 from boundary.experiment.harness import ExperimentResult
 
@@ -39,6 +41,7 @@ def test_the_command_writes_json_a_report_answering_thirteen_questions_and_plots
         "decode_end",
         "both",
         "chat_aware",
+        "horizon",
     }
     report = (out / "r.md").read_text()
     assert "boundary experiment --workload synthetic --family qwen3_5" in report
@@ -91,3 +94,75 @@ def test_an_unknown_workload_or_policy_is_a_one_line_error(capsys, tmp_path):
         == 2
     )
     assert "unknown policy 'lru_only'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--unit", "0"], "--unit: must be positive, got 0"),
+        (["--capacity-gib", "-1"], "--capacity-gib: must be positive, got -1"),
+        (["--concurrency", "0"], "--concurrency: must be positive, got 0"),
+        (["--load-concurrency", "0", "--load-capacity-gib", "8"], "--load-concurrency: must be positive"),
+        (["--load-concurrency", "16"], "--load-concurrency and --load-capacity-gib go together"),
+        (["--checkpoint-budget-gib", "40"], "--checkpoint-budget-gib: 40 must be below --capacity-gib 32"),
+        (
+            ["--policies", "main_sparse,lru_only"],
+            "--policies: unknown policy 'lru_only' (valid: main_sparse, input_end, decode_end, both, "
+            "chat_aware, horizon, oracle)",
+        ),
+        (["--budget", "equal_cost"], "--budget: unknown budget mode 'equal_cost'"),
+    ],
+)
+def test_options_are_validated_before_any_work_with_exit_2(options, message, capsys, monkeypatch):
+    from boundary.experiment import workloads
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("the stream was built before the options were checked")
+
+    monkeypatch.setattr(workloads, "build_stream", no_work)
+    assert main(["experiment", "--workload", "synthetic", *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("boundary experiment: error: ") and message in err
+
+
+def test_a_small_chat_trace_with_message_outputs_runs_at_every_unit_and_writes_null_ratios(tmp_path, capsys):
+    lines = [
+        {
+            "session": "only",
+            "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+            "output": {"message": {"role": "assistant", "content": "4."}},
+        }
+    ]
+    trace = tmp_path / "one.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    out = tmp_path / "out"
+    rc = main(
+        [
+            "experiment",
+            "--workload",
+            str(trace),
+            "--no-reasoning",
+            "--unit",
+            "1",
+            "--unit",
+            "16",
+            "--unit",
+            "1056",
+            "--capacity-gib",
+            "2",
+            "--json",
+            str(out / "r.json"),
+            "--report",
+            str(out / "r.md"),
+            "--no-cache",
+        ]
+    )
+    assert rc == 0
+    data = json.loads((out / "r.json").read_text())
+    run = data["units"][0]["runs"][0]
+    assert run["first_continuation"]["requests"] == 0
+    assert run["first_continuation"]["reused_over_oracle"] is None  # one request: nothing to reuse
+    assert run["hit_rate"]["reused_over_oracle"] is None
+    report = (out / "r.md").read_text()
+    assert "| – |" in report and "nan" not in report.lower()
+    assert (out / "r-policies.png").stat().st_size > 0 and (out / "r-units.png").stat().st_size > 0

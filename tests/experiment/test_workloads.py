@@ -156,7 +156,8 @@ def test_a_trace_file_renders_into_a_stream(tmp_path):
 
 def test_a_bad_trace_line_is_named_by_line_number(tmp_path):
     path = tmp_path / "trace.jsonl"
-    path.write_text('{"session": "a", "messages": []}\n{"session": 3, "messages": []}\n', encoding="utf-8")
+    good = '{"session": "a", "messages": [{"role": "user", "content": "hi"}]}'
+    path.write_text(good + '\n{"session": 3, "messages": []}\n', encoding="utf-8")
     with pytest.raises(RequestError, match=r"trace.jsonl:2: session"):
         build_stream(str(path), WorkloadOptions(), COST, use_cache=False)
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import boundary
-from boundary.experiment.arrivals import interleave
+from boundary.experiment.arrivals import THINK_TIME_SECONDS, TOOL_LATENCY_SECONDS, interleave
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.stream import Stream, StreamRequest
 from boundary.experiment.workloads import bfcl, mt_bench, synthetic, tau_bench
@@ -33,8 +33,9 @@ from boundary.experiment.workloads.script import (
     with_own_system_prompt,
     with_reasoning,
 )
-from boundary.experiment.workloads.trace import read_trace, render_trace
+from boundary.experiment.workloads.trace import render_trace
 from boundary.resources import cache_dir
+from boundary.trace import read_trace
 
 SHIPPED = ("tau_bench", "mt_bench", "bfcl", "synthetic")
 
@@ -141,7 +142,7 @@ def rendered_sessions(
         say(f"rendered sessions from cache {cached}")
         return Stream.load(cached)
     if workload not in SHIPPED:
-        lines = read_trace(Path(workload))
+        lines = read_trace(workload)
         say(f"rendering {len(lines)} trace requests with {fam.name}")
         sessions = render_trace(fam, lines, render, formatter)
         stream.requests = [r for session in sessions.values() for r in session]
@@ -173,7 +174,18 @@ def build_stream(
     for r in rendered.requests:
         sessions.setdefault(r.session, []).append(r)
     requests = interleave(list(sessions.values()), cost, concurrency=options.concurrency, seed=options.seed)
-    provenance = {**rendered.provenance, "concurrency": options.concurrency, "arrival_model": cost.model.name}
+    provenance = {
+        **rendered.provenance,
+        "concurrency": options.concurrency,
+        "arrival_model": cost.model.name,
+        "arrivals": {
+            "session_starts": "Poisson, rate = concurrency / mean session duration (Little's law)",
+            "tool_latency_mean_seconds": TOOL_LATENCY_SECONDS,
+            "think_time_mean_seconds": THINK_TIME_SECONDS,
+            "client_delays": "exponential",
+            "decode_seconds_per_token": cost.decode_seconds_per_token,
+        },
+    }
     return Stream(rendered.name, provenance, requests)
 
 

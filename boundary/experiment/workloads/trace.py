@@ -1,23 +1,18 @@
-"""A trace file in the audit's JSONL format: one request per line.
+"""A trace file (``boundary.trace``, the audit's format) as a request stream.
 
-    {"session": "s1", "messages": [...], "tools": [...]?, "output": {"text": "..."} | {"token_ids": [...]}?}
-
-Lines of a session are its requests in order. A request's output is, in order of
-preference: its ``token_ids``; its ``text`` tokenized; the assistant message the session's
-next request carries right after this request's messages, formatted as the model's output;
-otherwise none (the request ends at its prompt: D_end = P_end).
+A chat request is rendered with the family's template (U_end and P_end from that rendering);
+its output is, in order of preference: ``output.token_ids``; ``output.text`` tokenized;
+``output.message`` written the way the model emits it; the assistant message the session's
+next request carries right after this request's messages; otherwise none (D_end = P_end).
+A production record (``prompt_token_ids``) is replayed as it is: its prompt and output ids,
+its ``u_end`` (None when the engine did not record one); nothing is rendered.
 """
 
 from __future__ import annotations
 
-import json
 from array import array
-from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
-
-from boundary.errors import RequestError
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.rendering import (
     OutputFormatter,
@@ -26,113 +21,112 @@ from boundary.experiment.workloads.rendering import (
     stop_token_ids,
 )
 from boundary.family import Family
-
-
-class TraceOutput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    text: str | None = None
-    token_ids: list[int] | None = None
-
-    @model_validator(mode="after")
-    def _one(self) -> TraceOutput:
-        if (self.text is None) == (self.token_ids is None):
-            raise ValueError("give exactly one of text or token_ids")
-        return self
-
-
-class TraceLine(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    session: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
-    output: TraceOutput | None = None
-
-
-def read_trace(path: Path) -> list[TraceLine]:
-    lines = []
-    with path.open(encoding="utf-8") as f:
-        for number, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                lines.append(TraceLine.model_validate(json.loads(raw)))
-            except json.JSONDecodeError as exc:
-                raise RequestError(f"not JSON ({exc.msg})", location=f"{path.name}:{number}") from None
-            except ValidationError as exc:
-                err = exc.errors(include_url=False)[0]
-                where = ".".join(str(p) for p in err["loc"])
-                raise RequestError(err["msg"], location=f"{path.name}:{number}: {where}") from None
-    if not lines:
-        raise RequestError("no requests", location=path.name)
-    return lines
+from boundary.trace import MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
 
 
 def render_trace(
-    fam: Family, lines: list[TraceLine], render: dict[str, Any], formatter: OutputFormatter
+    fam: Family, requests: list[TraceRequest], render: dict[str, Any], formatter: OutputFormatter
 ) -> dict[str, list[StreamRequest]]:
-    by_session: dict[str, list[TraceLine]] = {}
-    for line in lines:
-        by_session.setdefault(line.session, []).append(line)
+    """Every session of ``requests`` as stream requests (``rid`` -1, no times)."""
     stops = stop_token_ids(fam)
     out: dict[str, list[StreamRequest]] = {}
-    for session, requests in by_session.items():
-        rendered = []
+    for session, lines in sessions(requests).items():
         renderer = fam.session()  # each request renders as fam.render does; only new text is tokenized
-        for k, line in enumerate(requests):
-            prompt = renderer.render(line.messages, tools=line.tools, add_generation_prompt=True, **render)
-            ids: list[int] = []
-            if line.output is not None and line.output.token_ids is not None:
-                ids = list(line.output.token_ids)
-            elif line.output is not None:
-                ids = fam.tokenizer.encode(line.output.text or "").ids
-            elif k + 1 < len(requests):
-                following = requests[k + 1].messages
-                if (
-                    len(following) > len(line.messages)
-                    and following[len(line.messages)]["role"] == "assistant"
-                ):
-                    try:
-                        ids = formatter(
-                            fam, prompt, line.messages, following[len(line.messages)], line.tools, render
-                        ).token_ids
-                    except OutputUnavailable:
-                        ids = []
-            tokens = array("I", prompt.token_ids)
-            tokens.extend(ids)
-            n = len(prompt.token_ids)
-            previous = line.messages[-1]["role"] if line.messages else "user"
-            continuation = (
-                Continuation.FIRST
-                if k == 0
-                else Continuation.TOOL
-                if previous == "tool"
-                else Continuation.USER
-            )
-            following_call = False
-            if k + 1 < len(requests):
-                following = requests[k + 1].messages
-                if len(following) > len(line.messages):
-                    following_call = bool(following[len(line.messages)].get("tool_calls"))
-            echoes = any(m.get("reasoning_content") for m in line.messages if m.get("role") == "assistant")
-            habit: Literal["kept", "dropped"] = "kept" if echoes else "dropped"
-            round_trip = (
-                predicted_round_trip(fam, line.messages, ids, line.tools, habit, render) if ids else None
-            )
-            rendered.append(
-                StreamRequest(
-                    rid=-1,
-                    session=session,
-                    turn=k,
-                    tokens=tokens,
-                    num_prompt_tokens=n,
-                    u_end=prompt.u_end,
-                    d_end=len(tokens) - 1 if ids and ids[-1] in stops else len(tokens),
-                    continuation=continuation,
-                    tool_call=following_call,
-                    round_trip=round_trip,
-                )
-            )
+        rendered = []
+        for k, line in enumerate(lines):
+            following = lines[k + 1] if k + 1 < len(lines) else None
+            if line.is_production:
+                rendered.append(_production(line, k, following, stops))
+            else:
+                rendered.append(_chat(fam, renderer, line, k, following, render, formatter, stops))
         out[session] = rendered
     return out
+
+
+def _continuation(k: int, line: TraceRequest) -> Continuation:
+    if k == 0:
+        return Continuation.FIRST
+    previous = line.messages[-1]["role"] if line.messages else "user"
+    return Continuation.TOOL if previous == "tool" else Continuation.USER
+
+
+def _next_assistant(line: TraceRequest, following: TraceRequest | None) -> dict[str, Any] | None:
+    if following is None or following.messages is None or line.messages is None:
+        return None
+    n = len(line.messages)
+    if len(following.messages) > n and following.messages[n].get("role") == "assistant":
+        return following.messages[n]
+    return None
+
+
+def _output_ids(
+    fam: Family,
+    prompt: Any,
+    line: TraceRequest,
+    following: TraceRequest | None,
+    render: dict[str, Any],
+    formatter: OutputFormatter,
+) -> list[int]:
+    out = line.output
+    if isinstance(out, TokenOutput):
+        return list(out.token_ids)
+    if isinstance(out, TextOutput):
+        return fam.tokenizer.encode_ids(out.text)
+    message = out.message if isinstance(out, MessageOutput) else _next_assistant(line, following)
+    if message is None:
+        return []
+    try:
+        return formatter(fam, prompt, line.messages or [], message, line.tools, render).token_ids
+    except OutputUnavailable:
+        return []
+
+
+def _chat(
+    fam: Family,
+    renderer: Any,
+    line: TraceRequest,
+    k: int,
+    following: TraceRequest | None,
+    render: dict[str, Any],
+    formatter: OutputFormatter,
+    stops: set[int],
+) -> StreamRequest:
+    messages = line.messages or []
+    prompt = renderer.render(messages, tools=line.tools, add_generation_prompt=True, **render)
+    ids = _output_ids(fam, prompt, line, following, render, formatter)
+    tokens = array("I", prompt.token_ids)
+    tokens.extend(ids)
+    nxt = _next_assistant(line, following)
+    echoes = any(m.get("reasoning_content") for m in messages if m.get("role") == "assistant")
+    habit = "kept" if echoes else "dropped"
+    return StreamRequest(
+        rid=-1,
+        session=line.session,
+        turn=k,
+        tokens=tokens,
+        num_prompt_tokens=len(prompt.token_ids),
+        u_end=prompt.u_end,
+        d_end=len(tokens) - 1 if ids and ids[-1] in stops else len(tokens),
+        continuation=_continuation(k, line),
+        tool_call=bool(nxt and nxt.get("tool_calls")),
+        round_trip=predicted_round_trip(fam, messages, ids, line.tools, habit, render) if ids else None,
+    )
+
+
+def _production(line: TraceRequest, k: int, following: TraceRequest | None, stops: set[int]) -> StreamRequest:
+    """A production record as recorded. Continuation kind and tool call are unknown from ids
+    alone: turn 0 is the first request, every later one counts as a user continuation."""
+    prompt = list(line.prompt_token_ids or ())
+    ids = list(line.output.token_ids) if isinstance(line.output, TokenOutput) else []
+    tokens = array("I", prompt)
+    tokens.extend(ids)
+    return StreamRequest(
+        rid=-1,
+        session=line.session,
+        turn=k,
+        tokens=tokens,
+        num_prompt_tokens=len(prompt),
+        u_end=line.u_end,
+        d_end=len(tokens) - 1 if ids and ids[-1] in stops else len(tokens),
+        continuation=Continuation.FIRST if k == 0 else Continuation.USER,
+    )

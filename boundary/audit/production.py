@@ -1,0 +1,87 @@
+"""Audit a production trace (``boundary.trace`` production records) as it was recorded.
+
+A production record carries the token ids the engine saw, not messages: nothing is rendered,
+parsed or verified. Per turn the checkpoints are the recorded P_end (the prompt length), U_end
+(when the engine recorded one) and D_end (the committed output, its trailing stop token
+excluded); each is checked against the session's next prompt by token prefix, exactly as
+for a rendered trace: a checkpoint at ``n`` is reused when ``tokens[:n]`` is a prefix of the
+next prompt. ``round_trips`` says whether D_end was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from boundary.audit.records import CheckpointRecord, ReuseRecord, TurnRecord
+from boundary.checkpoints import Checkpoint, CheckpointKind
+from boundary.family import Family
+from boundary.prefixes import common_prefix_packed, packed
+from boundary.trace import TokenOutput, TraceRequest
+
+
+def stop_ids(family: Family) -> set[int]:
+    out = set()
+    for token in family.spec.stop_tokens:
+        tid = family.tokenizer.token_to_id(token)
+        if tid is not None:
+            out.add(tid)
+    return out
+
+
+def audit_production_session(
+    name: str, session: Sequence[TraceRequest], unit: int, stops: set[int]
+) -> list[TurnRecord]:
+    """Every turn of one session of production records."""
+    records: list[TurnRecord] = []
+    made: list[tuple[bytes, list[Checkpoint]]] = []
+    for k, request in enumerate(session):
+        prompt = list(request.prompt_token_ids or ())
+        ids = list(request.output.token_ids) if isinstance(request.output, TokenOutput) else None
+        here = packed(prompt)
+        if records:
+            _settle(records[-1], made[-1], here)
+        record = TurnRecord(
+            session=name,
+            turn=k,
+            messages=0,
+            output_source="token_ids" if ids is not None else "none",
+            generated_tokens=None if ids is None else len(ids),
+            checkpoints={},
+            reuses=_best(made, here, k),
+        )
+        kept = (ids[:-1] if ids and ids[-1] in stops else ids) if ids is not None else None
+        points = [Checkpoint.at(CheckpointKind.PROMPT_END, len(prompt), unit)]
+        if request.u_end is not None:
+            points.append(Checkpoint.at(CheckpointKind.INPUT_END, request.u_end, unit))
+        if kept is not None:
+            record.d_end = len(kept)
+            points.append(Checkpoint.at(CheckpointKind.DECODE_END, len(prompt) + len(kept), unit))
+        for c in points:
+            record.checkpoints[c.kind.value] = CheckpointRecord(logical=c.logical, position=c.position)
+        records.append(record)
+        made.append((packed(prompt + (kept or [])), points))
+    return records
+
+
+def _settle(record: TurnRecord, made: tuple[bytes, list[Checkpoint]], prompt: bytes) -> None:
+    seq, points = made
+    lcp = common_prefix_packed(seq, prompt)
+    record.next_common_prefix = lcp
+    for c in points:
+        record.checkpoints[c.kind.value].reused_by_next = c.position <= lcp
+    d = record.checkpoints.get("decode_end")
+    if d is not None:
+        record.round_trips = d.logical <= lcp
+        record.diverged_at = None if record.round_trips else lcp
+
+
+def _best(made: list[tuple[bytes, list[Checkpoint]]], prompt: bytes, k: int) -> ReuseRecord | None:
+    best: ReuseRecord | None = None
+    for turn, (seq, points) in enumerate(made):
+        kept = common_prefix_packed(seq, prompt)
+        for c in points:
+            if 0 < c.position <= kept and (best is None or c.position > best.position):
+                best = ReuseRecord(
+                    kind=c.kind.value, position=c.position, producer_turn=turn, producer_age=k - turn
+                )
+    return best

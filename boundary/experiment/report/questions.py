@@ -1,0 +1,146 @@
+"""The experiment plan's thirteen questions, numbered and defined as the plan numbers and
+defines them, each answered from an ``ExperimentResult`` (nothing is recomputed here):
+
+1. the effective joint prefix hit on the first continuation after a checkpoint is produced;
+2. how often the next request reuses D_end;
+3. how much of that D_end reuse comes from tool-call continuations;
+4. when D_end does not match, how often U_end is the useful fallback;
+5. how often U_end avoids a first-continuation miss caused by an unreachable P_end;
+6. after a shared branch has been observed and its junction materialized, how much U_end adds;
+7. how many more prompt tokens each policy reuses;
+8. how much prefill work each policy avoids;
+9. how much recurrent-state memory each endpoint kind consumes;
+10. whether the second checkpoint's extra evictions offset its reuse;
+11. TTFT, throughput and cache residency under realistic concurrency;
+12. first reuse vs steady-state reuse;
+13. how often several logical candidates map to one materialized checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from boundary.experiment.harness import UnitResult
+from boundary.experiment.report import answers as a
+from boundary.experiment.report.fmt import EQUAL_BUDGET, EQUAL_CAPACITY, get, pct, runs_under, seconds
+
+Describe = Callable[[dict[str, Any]], str | None]
+
+QUESTIONS: tuple[tuple[str, Describe], ...] = (
+    (
+        "**1. Effective joint hit on the first continuation.** A session's second request, the first "
+        "that can reuse a checkpoint its session produced:",
+        a.first_continuation,
+    ),
+    ("**2. How often the next request reuses D_end.** Continuations served by a D_end state:", a.decode_end),
+    ("**3. D_end reuse from tool-call continuations.**", a.decode_end_tool_share),
+    (
+        "**4. U_end as the fallback when D_end does not match.** Among continuations whose previous "
+        "request's D_end state was retained but hash-rejected, the share U_end served:",
+        a.fallback,
+    ),
+    (
+        "**5. First-continuation misses from an unreachable P_end that U_end avoids.** Among first "
+        "continuations sharing neither P_end's materialized position nor its block twin with the "
+        "previous request, the share U_end served:",
+        a.unreachable_prompt_end,
+    ),
+    (
+        "**6. What U_end adds once the branch's junction exists.** Requests whose prefix carried a "
+        "cached reactive junction at lookup:",
+        a.after_junction,
+    ),
+    ("**7. Extra prompt tokens reused.**", a.prompt_tokens),
+    ("**8. Prefill work avoided.**", a.prefill_work),
+    (
+        "**9. Recurrent-state memory per endpoint kind** (time-averaged retained bytes, by the kind a "
+        "state is counted under; snapshot bytes = states created × state size):",
+        a.bytes_by_kind,
+    ),
+)
+
+
+def answers(unit: UnitResult) -> list[str]:
+    cap = runs_under(unit, EQUAL_CAPACITY) or unit.runs
+    name = cap[0]["budget"] if cap else EQUAL_CAPACITY
+    out = [
+        f"Numbers below are under **{name}** unless a line says otherwise "
+        f"(unit {unit.unit}, block {unit.block_size}).",
+        "",
+    ]
+    oracle_fc = unit.oracle["first_continuation"]["reused_over_oracle"]
+    for k, (heading, describe) in enumerate(QUESTIONS, 1):
+        after = [f"- `oracle`: reused / oracle {pct(oracle_fc)}"] if k == 1 else []
+        out += _question(heading, cap, describe, *after)
+    out += second_checkpoint(unit)
+    oracle_ttft = seconds(unit.oracle["ttft_estimate_seconds"]["mean"])
+    out += _question(
+        "**11. TTFT, throughput and cache residency** at this run's concurrency (queued prefill; "
+        "the load sweep below varies concurrency and capacity):",
+        cap,
+        a.load,
+        f"- `oracle`: prefill time alone, no queue, mean {oracle_ttft}",
+    )
+    out += _question(
+        "**12. First reuse vs steady state** (hit rate; reused / oracle):", cap, a.first_vs_steady
+    )
+    out += _question(
+        "**13. Logical candidates on one materialized checkpoint** (within a request; and states "
+        "created under a prefix id another live state already answers to):",
+        cap,
+        a.collapsed,
+    )
+    out += ["**Phase 2 / 3 targets** (equal checkpoint-byte budget):", *targets(unit), ""]
+    return out
+
+
+def second_checkpoint(unit: UnitResult) -> list[str]:
+    out = [
+        "**10. Do the second checkpoint's extra evictions offset its reuse?** `both` against each "
+        "single endpoint, request by request: prefill work saved where `both` reused more, lost where "
+        "it reused less (the states its second checkpoint displaced), the net and the verdict:"
+    ]
+    for budget in (EQUAL_CAPACITY, EQUAL_BUDGET):
+        both = get(unit, "both", budget)
+        if both and both.get("second_checkpoint_verdict"):
+            for single, v in both["second_checkpoint_verdict"].items():
+                out.append(f"- [{budget}] {a.verdict(single, v)}")
+    for r in runs_under(unit, EQUAL_CAPACITY) or unit.runs:
+        out.append(f"- `{r['policy']}`: {a.evictions(r)}")
+    return [*out, ""]
+
+
+def targets(unit: UnitResult) -> list[str]:
+    """``chat_aware`` at least max(``input_end``, ``decode_end``) and ``main_sparse``;
+    ``horizon`` at least ``both``."""
+
+    def reused(policy: str) -> float | None:
+        r = get(unit, policy, EQUAL_BUDGET)
+        return None if r is None else r["hit_rate"]["reused_over_oracle"]
+
+    out = []
+    for policy, rivals in (
+        ("chat_aware", ("input_end", "decode_end", "main_sparse")),
+        ("horizon", ("both",)),
+    ):
+        mine = reused(policy)
+        present = [(r, v) for r in rivals if (v := reused(r)) is not None]
+        if mine is None or not present:
+            continue
+        best_name, best = max(present, key=lambda item: item[1])
+        verdict = (
+            "met" if mine >= best - 1e-12 else f"missed by {pct(best - mine, 2)} (best rival `{best_name}`)"
+        )
+        rivals_text = ", ".join(f"`{r}` {pct(v, 2)}" for r, v in present)
+        out.append(f"- `{policy}` {pct(mine, 2)} ≥ {rivals_text}: {verdict}")
+    return out or ["- not run (needs the equal checkpoint-byte budget and the policies compared)"]
+
+
+def _question(heading: str, runs: Sequence[dict[str, Any]], describe: Describe, *after: str) -> list[str]:
+    lines = [heading]
+    for r in runs:
+        text = describe(r)
+        if text is not None:
+            lines.append(f"- `{r['policy']}`: {text}")
+    return [*lines, *after, ""]
