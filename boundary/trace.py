@@ -7,18 +7,25 @@ plus, optionally, what the model generated for it::
      "output": {"text": "..."} | {"token_ids": [...]} | {"message": {...}}}
 
 or a *production record*: what a serving deployment saw, token ids as the engine had them
-(``TraceWriter`` / ``production_record`` write it; the vLLM plugin records finished requests so)::
+(``TraceWriter`` / ``production_record`` write it; the vLLM plugin and its frontend record
+finished requests so, ``boundary_vllm.recording``)::
 
     {"session": "s1", "prompt_token_ids": [...], "output": {"token_ids": [...]},
-     "u_end": 812, "p_end": 830, "served_by": "input_end", "hit_tokens": 800}
+     "u_end": 812, "p_end": 830, "d_end": 871, "served_by": "input_end", "hit_tokens": 800,
+     "policy": "both"}
 
 ``output.message`` is an assistant message, written the way the family's model emits it
 (``boundary.outputs.format_output``). Without ``output`` a chat request's output is the
 assistant message the session's next request appends after this request's messages; a
 production record without ``output`` ends at its prompt. In a production record ``p_end``
-(when given) must equal the prompt length and ``u_end`` lie in ``[0, p_end]``; ``served_by``
-is the checkpoint kind that served the request's hit (``prompt_end``, ``input_end``,
-``decode_end``, ``reactive``, ``prompt_end_block``) or null for none.
+(when given) must equal the prompt length, ``u_end`` lie in ``[0, p_end]`` and ``d_end`` (the
+committed end, trailing stop tokens excluded, as the engine computed it) in ``[p_end, p_end +
+len(output)]``; without ``d_end`` the readers take the output minus a trailing stop token.
+``served_by`` is the checkpoint kind that served the request's hit (``prompt_end``,
+``input_end``, ``decode_end``, ``reactive``, ``prompt_end_block``), ``untracked`` (the engine
+served a state whose origin it had not recorded), ``unattributed`` (a hit the server reported
+without its kind: a frontend's record) or null for no hit; ``hit_tokens`` is the hit's length
+and ``policy`` the engine's checkpoint policy, both as recorded.
 
 Every error names the file and line, and the session when the line has one:
 ``trace.jsonl:12 (session 's1'): output: ...``.
@@ -93,12 +100,17 @@ Output = Annotated[
 ]
 
 
-ServedBy = Literal["prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block"]
+ServedBy = Literal[
+    "prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block", "untracked", "unattributed"
+]
+
+
+_PRODUCTION_ONLY = ("u_end", "p_end", "d_end", "served_by", "hit_tokens", "policy")
 
 
 class TraceRequest(_Model):
     """One request of a session: a chat request (``messages``) or a production record
-    (``prompt_token_ids`` with the engine's ``u_end`` / ``p_end`` / ``served_by``)."""
+    (``prompt_token_ids`` with the engine's ``u_end`` / ``p_end`` / ``d_end`` / ``served_by``)."""
 
     session: str = Field(min_length=1)
     messages: list[dict[str, Any]] | None = Field(None, min_length=1)
@@ -107,15 +119,17 @@ class TraceRequest(_Model):
     prompt_token_ids: list[int] | None = Field(None, min_length=1)
     u_end: int | None = Field(None, ge=0)
     p_end: int | None = Field(None, gt=0)
+    d_end: int | None = Field(None, ge=0)
     served_by: ServedBy | None = None
     hit_tokens: int | None = Field(None, ge=0)
+    policy: str | None = Field(None, min_length=1)
 
     @model_validator(mode="after")
     def _one_kind(self) -> TraceRequest:
         if (self.messages is None) == (self.prompt_token_ids is None):
             raise ValueError("expected exactly one of messages, prompt_token_ids")
         if self.messages is not None:
-            extra = [k for k in ("u_end", "p_end", "served_by", "hit_tokens") if getattr(self, k) is not None]
+            extra = [k for k in _PRODUCTION_ONLY if getattr(self, k) is not None]
             if extra:
                 raise ValueError(f"{extra[0]} belongs to a production record (prompt_token_ids)")
             return self
@@ -126,6 +140,10 @@ class TraceRequest(_Model):
             raise ValueError(f"u_end {self.u_end} beyond the prompt ({n} tokens)")
         if self.output is not None and not isinstance(self.output, TokenOutput):
             raise ValueError('a production record\'s output is {"token_ids": [...]}')
+        if self.d_end is not None:
+            end = n + (len(self.output.token_ids) if isinstance(self.output, TokenOutput) else 0)
+            if not n <= self.d_end <= end:
+                raise ValueError(f"d_end {self.d_end} outside the output ([{n}, {end}])")
         return self
 
     @property
@@ -140,10 +158,13 @@ def production_record(
     output_token_ids: Sequence[int] | None,
     *,
     u_end: int | None = None,
+    d_end: int | None = None,
     served_by: str | None = None,
     hit_tokens: int | None = None,
+    policy: str | None = None,
 ) -> TraceRequest:
-    """One finished request as a production record (validated as the reader validates it)."""
+    """One finished request as a production record (validated as the reader validates it);
+    ``p_end`` is the prompt length."""
     return TraceRequest.model_validate(
         {
             "session": session,
@@ -151,8 +172,10 @@ def production_record(
             "output": None if output_token_ids is None else {"token_ids": list(output_token_ids)},
             "u_end": u_end,
             "p_end": len(prompt_token_ids),
+            "d_end": d_end,
             "served_by": served_by,
             "hit_tokens": hit_tokens,
+            "policy": policy,
         }
     )
 
@@ -208,29 +231,48 @@ def write_trace(path: str | Path, requests: Iterable[TraceRequest]) -> None:
 
 
 class TraceWriter:
-    """Appends records to a JSONL trace, at most ``max_records`` of them (later ones are
-    counted in ``dropped``, not written); lines are buffered and flushed every ``flush_every``
-    records and on ``close``. Not thread-safe: a recorder that writes from another thread
-    hands records to one writer through a queue. Usable as a context manager."""
+    """Appends records to a JSONL trace, at most ``max_records`` of them and, with
+    ``max_bytes``, at most that many bytes (later ones are counted in ``dropped``, not
+    written); lines are buffered and flushed every ``flush_every`` records, on ``flush`` and on
+    ``close``. Not thread-safe: a recorder that writes from another thread hands records to one
+    writer through a queue. Usable as a context manager."""
 
-    def __init__(self, path: str | Path, *, max_records: int = 100_000, flush_every: int = 64) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        max_records: int = 100_000,
+        flush_every: int = 64,
+        max_bytes: int | None = None,
+    ) -> None:
         self.path = Path(path)
         self.max_records = max_records
+        self.max_bytes = max_bytes
         self.flush_every = max(1, flush_every)
         self.written = 0
+        self.bytes = 0
         self.dropped = 0
         self._file = self.path.open("a", encoding="utf-8")
 
     def write(self, record: TraceRequest) -> bool:
-        """Append ``record``; False when the bound is reached and it was dropped."""
+        """Append ``record``; False when a bound is reached and it was dropped."""
         if self.written >= self.max_records:
             self.dropped += 1
             return False
-        self._file.write(record.model_dump_json(exclude_none=True) + "\n")
+        line = record.model_dump_json(exclude_none=True) + "\n"
+        size = len(line.encode("utf-8"))
+        if self.max_bytes is not None and self.bytes + size > self.max_bytes:
+            self.dropped += 1
+            return False
+        self._file.write(line)
         self.written += 1
+        self.bytes += size
         if self.written % self.flush_every == 0:
             self._file.flush()
         return True
+
+    def flush(self) -> None:
+        self._file.flush()
 
     def close(self) -> None:
         if not self._file.closed:

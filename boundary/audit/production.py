@@ -2,19 +2,21 @@
 
 A production record carries the token ids the engine saw, not messages: nothing is rendered,
 parsed or verified. Per turn the checkpoints are the recorded P_end (the prompt length), U_end
-(when the engine recorded one) and D_end (the committed output, its trailing stop token
-excluded); each is checked against the session's next prompt by token prefix, exactly as
-for a rendered trace: a checkpoint at ``n`` is reused when ``tokens[:n]`` is a prefix of the
-next prompt. ``round_trips`` says whether D_end was.
+(when the engine recorded one) and D_end (the recorded ``d_end``; without one, the committed
+output with its trailing stop token excluded); each is checked against the session's next
+prompt by token prefix, exactly as for a rendered trace: a checkpoint at ``n`` is reused when
+``tokens[:n]`` is a prefix of the next prompt. ``round_trips`` says whether D_end was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
-from boundary.audit.records import CheckpointRecord, ReuseRecord, TurnRecord
+from boundary.audit.records import CheckpointRecord, Kind, ReuseRecord, TurnRecord
 from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.family import Family
+from boundary.offsets import TokenOffset
 from boundary.prefixes import common_prefix_packed, packed
 from boundary.trace import TokenOutput, TraceRequest
 
@@ -49,18 +51,33 @@ def audit_production_session(
             checkpoints={},
             reuses=_best(made, here, k),
         )
-        kept = (ids[:-1] if ids and ids[-1] in stops else ids) if ids is not None else None
-        points = [Checkpoint.at(CheckpointKind.PROMPT_END, len(prompt), unit)]
+        kept = _committed(ids, len(prompt), request.d_end, stops)
+        points = [Checkpoint.at(CheckpointKind.PROMPT_END, TokenOffset(len(prompt)), unit)]
         if request.u_end is not None:
-            points.append(Checkpoint.at(CheckpointKind.INPUT_END, request.u_end, unit))
+            points.append(Checkpoint.at(CheckpointKind.INPUT_END, TokenOffset(request.u_end), unit))
         if kept is not None:
             record.d_end = len(kept)
-            points.append(Checkpoint.at(CheckpointKind.DECODE_END, len(prompt) + len(kept), unit))
+            points.append(
+                Checkpoint.at(CheckpointKind.DECODE_END, TokenOffset(len(prompt) + len(kept)), unit)
+            )
         for c in points:
-            record.checkpoints[c.kind.value] = CheckpointRecord(logical=c.logical, position=c.position)
+            record.checkpoints[_kind(c)] = CheckpointRecord(logical=c.logical, position=c.position)
         records.append(record)
         made.append((packed(prompt + (kept or [])), points))
     return records
+
+
+def _committed(ids: list[int] | None, prompt: int, d_end: int | None, stops: set[int]) -> list[int] | None:
+    """The committed output: up to the recorded D_end, else without a trailing stop token."""
+    if ids is None:
+        return None
+    if d_end is not None:
+        return ids[: d_end - prompt]
+    return ids[:-1] if ids and ids[-1] in stops else ids
+
+
+def _kind(c: Checkpoint) -> Kind:
+    return cast(Kind, c.kind.value)  # the audit's kinds: P_end, U_end, D_end only
 
 
 def _settle(record: TurnRecord, made: tuple[bytes, list[Checkpoint]], prompt: bytes) -> None:
@@ -68,7 +85,7 @@ def _settle(record: TurnRecord, made: tuple[bytes, list[Checkpoint]], prompt: by
     lcp = common_prefix_packed(seq, prompt)
     record.next_common_prefix = lcp
     for c in points:
-        record.checkpoints[c.kind.value].reused_by_next = c.position <= lcp
+        record.checkpoints[_kind(c)].reused_by_next = c.position <= lcp
     d = record.checkpoints.get("decode_end")
     if d is not None:
         record.round_trips = d.logical <= lcp
@@ -82,6 +99,6 @@ def _best(made: list[tuple[bytes, list[Checkpoint]]], prompt: bytes, k: int) -> 
         for c in points:
             if 0 < c.position <= kept and (best is None or c.position > best.position):
                 best = ReuseRecord(
-                    kind=c.kind.value, position=c.position, producer_turn=turn, producer_age=k - turn
+                    kind=_kind(c), position=c.position, producer_turn=turn, producer_age=k - turn
                 )
     return best

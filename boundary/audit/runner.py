@@ -112,7 +112,7 @@ def _audit_session(family: Family, name: str, session: list[TraceRequest], s: Au
     for k, request in enumerate(session):
         try:
             prompt = renderer.render(
-                request.messages,
+                chat_messages(request),
                 request.tools,
                 True,
                 variant=s.variant,
@@ -148,15 +148,10 @@ def _generated(
         return "text", family.tokenizer.encode_ids(out.text)
     if isinstance(out, MessageOutput):
         return "message", format_output(family, prompt, out.message, variant=s.variant).token_ids
-    n = len(request.messages)
-    if (
-        following is not None
-        and len(following.messages) > n
-        and following.messages[n].get("role") == "assistant"
-    ):
-        return "next_request", format_output(
-            family, prompt, following.messages[n], variant=s.variant
-        ).token_ids
+    n = len(chat_messages(request))
+    later = chat_messages(following) if following is not None else []
+    if len(later) > n and later[n].get("role") == "assistant":
+        return "next_request", format_output(family, prompt, later[n], variant=s.variant).token_ids
     return "none", None
 
 
@@ -173,7 +168,7 @@ def _new_turn(
     parsed = None
     horizon = None
     record = TurnRecord(
-        session=name, turn=k, messages=len(request.messages), output_source=source, checkpoints={}
+        session=name, turn=k, messages=len(chat_messages(request)), output_source=source, checkpoints={}
     )
     if generated is not None:
         parsed = parse_output(family, generated, prompt, tools=request.tools, variant=s.variant)
@@ -185,7 +180,7 @@ def _new_turn(
             prompt,
             generated,
             parsed,
-            request.messages,
+            chat_messages(request),
             habits=s.habits,
             variant=s.variant,
             template_kwargs=s.template_kwargs,
@@ -214,8 +209,8 @@ def _check_previous(
     prev = done[-1]
     rec = prev.record
     if prev.generated is not None and prev.parsed is not None:
-        n = len(previous.messages)
-        same = request.messages[:n] == previous.messages and (request.tools or None) == (
+        before = chat_messages(previous)
+        same = chat_messages(request)[: len(before)] == before and (request.tools or None) == (
             previous.tools or None
         )
         check = check_continuation(
@@ -228,7 +223,7 @@ def _check_previous(
             unit=s.unit,
             history_same=same,
             variant=s.variant,
-            roles=[str(m.get("role")) for m in previous.messages],
+            roles=[str(m.get("role")) for m in before],
         )
         rec.d_end = check.d_end
         rec.round_trips = check.round_trips
@@ -314,6 +309,16 @@ def summarize(records: Sequence[TurnRecord]) -> Summary:
             mean_slack=_mean([h.slack for _, h in checked if h.slack is not None]),
         ),
     )
+
+
+def chat_messages(request: TraceRequest) -> list[dict[str, Any]]:
+    """A chat request's messages; only chat requests are rendered (a session of production
+    records goes to ``audit_production_session``)."""
+    if request.messages is None:
+        raise RequestError(
+            "a production record has no messages to render", location=f"session {request.session!r}"
+        )
+    return request.messages
 
 
 def _kind(c: Checkpoint) -> Kind:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from boundary.audit.records import Summary, WhatIf
-from boundary.audit.runner import AuditRun, AuditSettings, audit_requests
+from boundary.audit.runner import AuditRun, AuditSettings, audit_requests, chat_messages
 from boundary.errors import BoundaryError
 from boundary.family import Family
 from boundary.roundtrip import ClientHabits
@@ -42,9 +42,12 @@ def with_turns_as_written(
     JSON text the model wrote."""
     out: list[TraceRequest] = []
     for name, session in sessions(requests).items():
-        turns = [(len(r.messages), parsed.get((name, k))) for k, r in enumerate(session)]
+        if any(r.is_production for r in session):  # token ids as recorded: no client rewrites them
+            out += session
+            continue
+        turns = [(len(chat_messages(r)), parsed.get((name, k))) for k, r in enumerate(session)]
         for j, request in enumerate(session):
-            messages = [dict(m) for m in request.messages]
+            messages = [dict(m) for m in chat_messages(request)]
             for n, message in turns[:j]:
                 if message is None or n >= len(messages) or messages[n].get("role") != "assistant":
                     continue

@@ -15,7 +15,7 @@ admitted checkpoint-byte budget), the rest for blocks and running states.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -90,7 +90,7 @@ class CacheStats:
     evicted_states: list[Entry] = field(default_factory=list)
     state_bytes: int = 0
     state_bytes_by_kind: Counter[str] = field(default_factory=Counter)  # by a state's primary kind
-    state_byte_seconds_by_kind: Counter[str] = field(default_factory=Counter)
+    state_byte_seconds_by_kind: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
     block_bytes: int = 0
     peak_state_bytes: int = 0
     state_byte_seconds: float = 0.0

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from boundary.cli.options import template_kwargs
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from boundary.experiment.harness import ExperimentConfig, ExperimentResult
     from boundary.experiment.replay import BudgetMode
     from boundary.experiment.workloads import WorkloadOptions
@@ -34,7 +36,7 @@ def _budget(name: str) -> BudgetMode:
         raise ValueError(f"--budget: unknown budget mode {name!r} (known: {known})") from None
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "experiment",
         help="replay a workload through the vLLM align-mode cache model under each retention policy",
@@ -300,7 +302,7 @@ def _write(args: argparse.Namespace, result: ExperimentResult, name: str, err: A
             args.json_out.write_text(text + "\n", encoding="utf-8")
 
 
-def _summary(console, result) -> None:
+def _summary(console: Console, result: ExperimentResult) -> None:
     from rich.table import Table
 
     from boundary.experiment.report.fmt import pct

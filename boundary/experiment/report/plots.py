@@ -4,6 +4,7 @@ against load. Undefined values (a slice with no requests) are left out, never pl
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,7 @@ def _policies(result: ExperimentResult, path: Path) -> Path:
     policies = list(dict.fromkeys(r["policy"] for r in unit.runs))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4))
     width = 0.8 / max(len(budgets), 1)
-    values = (
+    values: tuple[Callable[[dict[str, Any]], float | None], ...] = (
         lambda r: r["hit_rate"]["reused_over_oracle"],
         lambda r: r["first_continuation"]["reused_over_oracle"],
         lambda r: r["retained_state_bytes"]["mean"] / GIB,
@@ -140,4 +141,5 @@ def _load(result: ExperimentResult, path: Path) -> Path:
 
 
 def _conc(p: dict[str, Any]) -> float:
-    return p["concurrency"]
+    concurrency: float = p["concurrency"]
+    return concurrency

@@ -5,7 +5,8 @@ its output is, in order of preference: ``output.token_ids``; ``output.text`` tok
 ``output.message`` written the way the model emits it; the assistant message the session's
 next request carries right after this request's messages; otherwise none (D_end = P_end).
 A production record (``prompt_token_ids``) is replayed as it is: its prompt and output ids,
-its ``u_end`` (None when the engine did not record one); nothing is rendered.
+its ``u_end`` (None when the engine did not record one) and ``d_end`` (when recorded); nothing
+is rendered.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from boundary.experiment.workloads.rendering import (
     predicted_round_trip,
     stop_token_ids,
 )
+from boundary.experiment.workloads.script import ClientBehaviour
 from boundary.family import Family
 from boundary.trace import MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
 
@@ -98,7 +100,7 @@ def _chat(
     tokens.extend(ids)
     nxt = _next_assistant(line, following)
     echoes = any(m.get("reasoning_content") for m in messages if m.get("role") == "assistant")
-    habit = "kept" if echoes else "dropped"
+    habit: ClientBehaviour = "kept" if echoes else "dropped"
     return StreamRequest(
         rid=-1,
         session=line.session,
@@ -106,11 +108,15 @@ def _chat(
         tokens=tokens,
         num_prompt_tokens=len(prompt.token_ids),
         u_end=prompt.u_end,
-        d_end=len(tokens) - 1 if ids and ids[-1] in stops else len(tokens),
+        d_end=_committed_end(tokens, ids, stops),
         continuation=_continuation(k, line),
         tool_call=bool(nxt and nxt.get("tool_calls")),
         round_trip=predicted_round_trip(fam, messages, ids, line.tools, habit, render) if ids else None,
     )
+
+
+def _committed_end(tokens: array[int], ids: list[int], stops: set[int]) -> int:
+    return len(tokens) - 1 if ids and ids[-1] in stops else len(tokens)
 
 
 def _production(line: TraceRequest, k: int, following: TraceRequest | None, stops: set[int]) -> StreamRequest:
@@ -127,6 +133,6 @@ def _production(line: TraceRequest, k: int, following: TraceRequest | None, stop
         tokens=tokens,
         num_prompt_tokens=len(prompt),
         u_end=line.u_end,
-        d_end=len(tokens) - 1 if ids and ids[-1] in stops else len(tokens),
+        d_end=line.d_end if line.d_end is not None else _committed_end(tokens, ids, stops),
         continuation=Continuation.FIRST if k == 0 else Continuation.USER,
     )
