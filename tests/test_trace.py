@@ -163,6 +163,15 @@ def test_a_production_record_reads_with_its_engine_boundaries(tmp_path):
         ({"session": "p", "prompt_token_ids": [1], "output": {"text": "a"}}, "a production record's output"),
         ({"session": "p", "prompt_token_ids": [1], "served_by": "nope"}, "served_by: Input should be"),
         (
+            {"session": "p", "prompt_token_ids": [1, 2], "output": {"token_ids": [3]}, "d_end": 4},
+            "d_end 4 outside the output ([2, 3])",
+        ),
+        ({"session": "p", "prompt_token_ids": [1, 2], "d_end": 1}, "d_end 1 outside the output ([2, 2])"),
+        (
+            {"session": "p", "messages": [{"role": "user", "content": "x"}], "policy": "both"},
+            "policy belongs to a production record",
+        ),
+        (
             {"session": "p", "messages": [{"role": "user", "content": "x"}], "u_end": 1},
             "u_end belongs to a production record",
         ),
@@ -188,3 +197,16 @@ def test_the_trace_writer_appends_bounded_production_records_the_reader_accepts(
     first, second = read_trace(path)
     assert first.prompt_token_ids == [1, 2, 3] and first.p_end == 3 and first.u_end == 1
     assert second.output is None and second.served_by == "decode_end" and second.hit_tokens == 4
+
+
+def test_the_trace_writer_bounds_bytes_and_keeps_the_engine_fields(tmp_path):
+    path = tmp_path / "bytes.jsonl"
+    record = production_record(
+        "s", [1, 2, 3], [4, 2], u_end=1, d_end=4, served_by="unattributed", hit_tokens=2, policy="both"
+    )
+    size = len(record.model_dump_json(exclude_none=True)) + 1
+    with TraceWriter(path, max_bytes=2 * size + 1) as writer:
+        assert [writer.write(record) for _ in range(3)] == [True, True, False]
+    assert (writer.written, writer.bytes, writer.dropped) == (2, 2 * size, 1)
+    first, _ = read_trace(path)
+    assert (first.d_end, first.served_by, first.policy) == (4, "unattributed", "both")

@@ -72,3 +72,12 @@ def test_audit_and_experiment_replay_one_recorded_file_as_it_is(tmp_path, capsys
     assert rc == 0
     result = json.loads(out.read_text())
     assert result["stream"]["requests"] == 3 and result["units"][0]["unit"] == 1
+
+
+def test_a_recorded_d_end_is_the_decode_end_checkpoint():
+    recorded = [
+        production_record("d", [1, 2, 3, 4], [5, 6, 7], d_end=5),  # the engine committed one token
+        production_record("d", [1, 2, 3, 4, 5, 9], None),
+    ]
+    first, _ = audit_requests(family("qwen3_5"), recorded, AuditSettings(unit=1)).records
+    assert (first.d_end, first.checkpoints["decode_end"].logical, first.round_trips) == (1, 5, True)

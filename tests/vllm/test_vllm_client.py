@@ -111,33 +111,35 @@ def test_the_example_client_prints_the_body_it_would_send(tmp_path):
     assert json.loads(done.stdout) == request().body | {"max_tokens": 512}
 
 
-def test_a_recorded_request_carries_its_session_and_conversation_and_the_frontend_can_record_the_reply(
-    tmp_path,
-):
+def test_a_recorded_request_carries_its_session_and_the_frontend_can_record_the_reply(tmp_path):
     from boundary_vllm.client import finished_from_reply
-    from boundary_vllm.hints import CONVERSATION_KEY, SESSION_KEY
+    from boundary_vllm.hints import SESSION_KEY
     from boundary_vllm.recording import TraceRecorder
 
     from boundary.trace import read_trace
 
     assert SESSION_KEY not in request().body["vllm_xargs"]  # recording is opt-in
+    assert "return_token_ids" not in request().body
     req = request(session="s1", record=True)
     xargs = req.body["vllm_xargs"]
     assert xargs[SESSION_KEY] == "s1"
-    assert json.loads(xargs[CONVERSATION_KEY]) == {"messages": tau_bench_airline()[11][:4]}
     assert all(isinstance(v, str | int | float) for v in xargs.values())  # what vllm_xargs accepts
     assert req.body["return_token_ids"] is True
 
-    reply = {
-        "id": "chatcmpl-1",
-        "choices": [{"message": {"role": "assistant", "content": "ok"}, "token_ids": [9, 10]}],
-        "usage": {"prompt_tokens_details": {"cached_tokens": 128}},
-    }
+    def reply(cached: int) -> dict:
+        return {
+            "id": "chatcmpl-1",
+            "choices": [{"message": {"role": "assistant", "content": "ok"}, "token_ids": [9, 10]}],
+            "usage": {"prompt_tokens_details": {"cached_tokens": cached}},
+        }
+
     recorder = TraceRecorder(tmp_path / "frontend.jsonl")
-    recorder.submit(finished_from_reply(req, reply))
+    recorder.submit(finished_from_reply(req, reply(128)))
+    recorder.submit(finished_from_reply(req, reply(0)))
     recorder.close()
-    (record,) = read_trace(tmp_path / "frontend.jsonl")
-    assert record.session == "s1" and record.output.token_ids == [9, 10]
-    assert record.engine.prompt_token_ids == req.rendering.token_ids
-    assert (record.engine.u_end, record.engine.p_end) == (req.rendering.u_end, req.rendering.p_end)
-    assert (record.engine.hit_tokens, record.engine.served) == (128, "unattributed")
+    hit, miss = read_trace(tmp_path / "frontend.jsonl")  # production records
+    assert hit.session == "s1" and hit.output is not None and hit.output.token_ids == [9, 10]
+    assert hit.prompt_token_ids == req.rendering.token_ids
+    assert (hit.u_end, hit.p_end) == (req.rendering.u_end, req.rendering.p_end)
+    assert (hit.hit_tokens, hit.served_by, hit.d_end, hit.policy) == (128, "unattributed", None, None)
+    assert (miss.hit_tokens, miss.served_by) == (0, None)

@@ -13,10 +13,11 @@ with no output yet: where the history rewrites the family is known for will cut 
 request) and the round-trip expectation that follows from it (1 when the horizon reaches past
 P_end, so the output is expected to stay in history; the engine caps the horizon at D_end).
 
-Recording (``boundary_vllm.recording``): ``session=`` names the conversation and
-``record=True`` also sends the conversation itself, so an engine that records
-(``record_path``) can write the request as a line of the audit's JSONL; the frontend can
-write its own with ``finished_from_reply`` and a ``TraceRecorder``. Nothing here imports vLLM.
+Recording (``boundary_vllm.recording``): ``session=`` names the conversation, so an engine
+that records (``record_path``) writes the request under that session in the audit's JSONL
+(a production record); ``record=True`` also asks vLLM for the output ids, so the frontend can
+write its own record with ``finished_from_reply`` and a ``TraceRecorder``. Nothing here
+imports vLLM.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from boundary.family import Family
 from boundary.horizon import stability_horizon
 from boundary.outputs import parse_output
 from boundary.roundtrip import ClientHabits
-from boundary_vllm.hints import CONVERSATION_KEY, SESSION_KEY, encode_hints
-from boundary_vllm.recording import FinishedRequest, conversation_json
+from boundary_vllm.hints import SESSION_KEY, encode_hints
+from boundary_vllm.recording import MISS, UNATTRIBUTED, FinishedRequest
 
 UNBOUNDED_OUTPUT = 1 << 30  # a horizon past P_end: the output may stay; the engine caps it at D_end
 
@@ -83,7 +84,6 @@ def chat_request(
     if session is not None:
         hints[SESSION_KEY] = session
     if record:
-        hints[CONVERSATION_KEY] = conversation_json(messages, tools)
         body.setdefault("return_token_ids", True)
     if hints:
         body["vllm_xargs"] = {**body.get("vllm_xargs", {}), **hints}
@@ -97,21 +97,20 @@ def chat_request(
 def finished_from_reply(request: ChatRequest, reply: Mapping[str, Any]) -> FinishedRequest:
     """The frontend's record of one answered request (for ``TraceRecorder.submit``): the output
     ids vLLM returned (``return_token_ids``), the cached prompt tokens it reported as the hit;
-    which checkpoint served it only the engine knows (``served`` is ``unattributed``)."""
+    which checkpoint served it only the engine knows (``served`` is ``unattributed``, or
+    ``miss`` when nothing was cached)."""
     choice = reply["choices"][0]
     usage = reply.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
     rendering = request.rendering
     return FinishedRequest(
         session=request.session or str(reply.get("id", "unknown")),
-        conversation=conversation_json(request.body["messages"], request.body.get("tools")),
         prompt_token_ids=rendering.token_ids,
         output_token_ids=choice.get("token_ids") or [],
-        p_end=rendering.p_end,
         u_end=rendering.u_end,
         d_end=None,
         hit_tokens=int(cached),
-        served="unattributed",
+        served=UNATTRIBUTED if cached else MISS,
         policy=None,
     )
 

@@ -1,26 +1,27 @@
-"""Production traces: each finished request written as a line of the audit's JSONL
-(``boundary.trace``), so ``boundary audit`` and ``boundary experiment`` replay what a
+"""Production traces: each finished request written as a production record of the audit's
+JSONL (``boundary.trace``), so ``boundary audit`` and ``boundary experiment`` replay what a
 deployment really saw.
 
-A line holds the session id and the conversation the frontend sent (``chat_request(...,
-session=..., record=True)`` puts them in ``vllm_xargs``: the engine sees token ids only), the
-committed output ids, and what the engine saw (``boundary.trace.EngineRecord``): the prompt
-ids, U_end / P_end / D_end, the joint hit at admission and the checkpoint kind that served it.
+A record holds the session id (``chat_request(..., session=...)`` puts it in ``vllm_xargs``;
+without one, the request id), the prompt ids as the engine ran them, the committed output ids,
+U_end / P_end / D_end, the joint hit at admission (``hit_tokens``), the checkpoint kind that
+served it (``served_by``: null for a miss, ``untracked`` for a state of unknown origin,
+``unattributed`` in a frontend's record) and the policy. ``boundary.trace.production_record``
+builds it and ``boundary.trace.TraceWriter`` writes it.
 
 Opt-in and bounded: on only with a path (``additional_config["boundary"]["record_path"]`` or
 the ``BOUNDARY_RECORD_PATH`` environment variable); at most ``max_records`` lines and
 ``max_bytes`` bytes are written, the rest counted as dropped. Off the scheduler's hot path:
 ``submit`` only queues references to the finished request's values (no copy, no
 serialization) and never blocks — a full queue drops the record and counts it; a background
-thread serializes and writes. ``flush`` waits for the queue, ``close`` also stops the thread.
+thread owns the one ``TraceWriter`` (it is not thread-safe), builds, validates, serializes and
+writes. ``flush`` waits for the queue, ``close`` also stops the thread.
 
-This module never imports vLLM (the frontend records with it too); ``trace_line`` is the one
-place that builds the audit's record.
+This module never imports vLLM (the frontend records with it too).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import queue
 import threading
@@ -29,7 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from boundary.trace import TraceRequest, TraceWriter, production_record
+
 RECORD_ENV = "BOUNDARY_RECORD_PATH"
+MISS = "miss"  # no hit: recorded as ``served_by: null``
+UNATTRIBUTED = "unattributed"  # a hit the server reported without the kind that served it
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +47,12 @@ class RecordLimits:
 @dataclass(frozen=True, slots=True)
 class FinishedRequest:
     """One finished request as the scheduler hands it over: references, serialized later.
-    ``conversation``: the frontend's JSON ``{"messages": [...], "tools": [...]}``."""
+    ``d_end``: the committed end (trailing stop tokens excluded); ``served``: the kind that
+    served the hit, ``miss``, ``untracked`` or ``unattributed``."""
 
     session: str
-    conversation: str | None
     prompt_token_ids: Sequence[int]
     output_token_ids: Sequence[int]
-    p_end: int
     u_end: int | None
     d_end: int | None
     hit_tokens: int
@@ -56,51 +60,35 @@ class FinishedRequest:
     policy: str | None
 
 
-def trace_line(finished: FinishedRequest) -> str | None:
-    """The audit's JSONL line for ``finished`` (None without a conversation: the audit renders
-    messages, which the engine never sees)."""
-    from boundary.trace import EngineRecord, TokenOutput, TraceRequest
-
-    if finished.conversation is None:
-        return None
-    conversation = json.loads(finished.conversation)
-    record = TraceRequest(
-        session=finished.session,
-        messages=conversation["messages"],
-        tools=conversation.get("tools") or None,
-        output=TokenOutput(token_ids=list(finished.output_token_ids)),
-        engine=EngineRecord(
-            prompt_token_ids=list(finished.prompt_token_ids),
-            p_end=finished.p_end,
-            u_end=finished.u_end,
-            d_end=finished.d_end,
-            hit_tokens=finished.hit_tokens,
-            served=finished.served,
-            policy=finished.policy,
-        ),
+def trace_record(finished: FinishedRequest) -> TraceRequest:
+    """The production record of ``finished`` (validated as ``boundary.trace`` reads it)."""
+    return production_record(
+        finished.session,
+        finished.prompt_token_ids,
+        finished.output_token_ids,
+        u_end=finished.u_end,
+        d_end=finished.d_end,
+        served_by=None if finished.served == MISS else finished.served,
+        hit_tokens=finished.hit_tokens,
+        policy=finished.policy,
     )
-    return record.model_dump_json(exclude_none=True) + "\n"
-
-
-def conversation_json(
-    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None
-) -> str:
-    """The conversation as the frontend sends it for recording."""
-    body: dict[str, Any] = {"messages": [dict(m) for m in messages]}
-    if tools:
-        body["tools"] = [dict(t) for t in tools]
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":"))
 
 
 @dataclass(slots=True)
 class RecorderStats:
-    written: int = 0
-    bytes: int = 0
-    dropped_queue_full: int = 0
-    dropped_over_limit: int = 0
-    without_conversation: int = 0
-    invalid: int = 0
-    last_error: str | None = None
+    """Counts since the recorder started; each field has one writer thread."""
+
+    written: int = 0  # writer thread
+    bytes: int = 0  # writer thread
+    dropped_by_writer: int = 0  # writer thread: a limit reached when the record came to be written
+    invalid: int = 0  # writer thread: a record the trace schema refused, or a failed write
+    last_error: str | None = None  # writer thread
+    dropped_queue_full: int = 0  # submitting thread
+    refused: int = 0  # submitting thread: closed, or a limit already reached
+
+    @property
+    def dropped_over_limit(self) -> int:
+        return self.refused + self.dropped_by_writer
 
 
 _STOP = object()
@@ -108,7 +96,7 @@ _STOP = object()
 
 @dataclass(slots=True)
 class TraceRecorder:
-    """Appends finished requests to ``path`` as audit JSONL from a background thread."""
+    """Appends finished requests to ``path`` as production records from a background thread."""
 
     path: Path
     limits: RecordLimits = field(default_factory=RecordLimits)
@@ -121,7 +109,15 @@ class TraceRecorder:
         self.path = Path(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._queue = queue.Queue(self.limits.queue_size)
-        self._thread = threading.Thread(target=self._write_loop, name="boundary-trace-recorder", daemon=True)
+        writer = TraceWriter(
+            self.path,
+            max_records=self.limits.max_records,
+            max_bytes=self.limits.max_bytes,
+            flush_every=self.limits.queue_size,
+        )
+        self._thread = threading.Thread(
+            target=self._write_loop, args=(writer,), name="boundary-trace-recorder", daemon=True
+        )
         self._thread.start()
 
     @property
@@ -133,7 +129,7 @@ class TraceRecorder:
     def submit(self, finished: FinishedRequest) -> bool:
         """Queue ``finished``; never blocks (False: dropped)."""
         if self._closed or self.full:
-            self.stats.dropped_over_limit += 1
+            self.stats.refused += 1
             return False
         try:
             self._queue.put_nowait(finished)
@@ -153,37 +149,32 @@ class TraceRecorder:
         self._queue.put(_STOP)
         self._thread.join()
 
-    def _write_loop(self) -> None:
-        with self.path.open("a", encoding="utf-8") as out:
+    def _write_loop(self, writer: TraceWriter) -> None:
+        """The writer thread: the only user of ``writer``."""
+        with writer:
             while True:
                 item = self._queue.get()
                 try:
                     if item is _STOP:
                         return
-                    self._write(out, item)
+                    self._write(writer, item)
                     if self._queue.empty():
-                        out.flush()
+                        writer.flush()
                 finally:
                     self._queue.task_done()
 
-    def _write(self, out: Any, finished: FinishedRequest) -> None:
+    def _write(self, writer: TraceWriter, finished: FinishedRequest) -> None:
         s = self.stats
         try:
-            line = trace_line(finished)
-        except Exception as exc:  # a malformed conversation from a client never stops the engine
+            kept = writer.write(trace_record(finished))
+        except Exception as exc:  # a bad record (or a full disk) never stops the engine
             s.invalid += 1
             s.last_error = f"session {finished.session!r}: {type(exc).__name__}: {exc}"
             return
-        if line is None:
-            s.without_conversation += 1
-            return
-        size = len(line.encode("utf-8"))
-        if self.full or s.bytes + size > self.limits.max_bytes:
-            s.dropped_over_limit += 1
-            return
-        out.write(line)
-        s.written += 1
-        s.bytes += size
+        if kept:
+            s.written, s.bytes = writer.written, writer.bytes
+        else:
+            s.dropped_by_writer += 1
 
 
 def recorder_from(

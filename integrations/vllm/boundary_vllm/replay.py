@@ -46,7 +46,7 @@ from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from boundary_vllm.counters import CheckpointCounters
-from boundary_vllm.hints import CONVERSATION_KEY, SESSION_KEY, encode_hints
+from boundary_vllm.hints import SESSION_KEY, encode_hints
 from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
 from boundary_vllm.settings import Policy
 from boundary_vllm.worker_states import WorkerStates
@@ -103,7 +103,6 @@ class ReplayRequest:
     round_trip: float | None = None
     horizon: int | None = None
     session: str | None = None  # sent as the frontend does for recorded traces
-    conversation: str | None = None  # JSON {"messages", "tools"} (``recording.conversation_json``)
 
     def __post_init__(self) -> None:
         if not self.output_token_ids:
@@ -306,8 +305,6 @@ class Replay:
         )
         if item.session is not None:
             hints[SESSION_KEY] = item.session
-        if item.conversation is not None:
-            hints[CONVERSATION_KEY] = item.conversation
         params = SamplingParams(
             max_tokens=len(item.output_token_ids),
             stop_token_ids=list(item.stop_token_ids),

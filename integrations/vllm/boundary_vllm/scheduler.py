@@ -37,7 +37,7 @@ from vllm.v1.request import Request, RequestStatus
 from boundary.retention_policy import RequestBoundaries, Variant
 from boundary_vllm.counters import CheckpointCounters, PrometheusExport
 from boundary_vllm.decode_end import DecodeEndAvailability, committed_end, decode_end_availability
-from boundary_vllm.hints import CONVERSATION_KEY, SESSION_KEY, CheckpointHints, HintStatus, decode_hints
+from boundary_vllm.hints import SESSION_KEY, CheckpointHints, HintStatus, decode_hints
 from boundary_vllm.recording import FinishedRequest, TraceRecorder, recorder_from
 from boundary_vllm.retention import CheckpointRetention, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
@@ -211,10 +211,8 @@ class BoundaryCheckpointsMixin:
         self.boundary_recorder.submit(
             FinishedRequest(
                 session=str(extra.get(SESSION_KEY) or request.request_id),
-                conversation=extra.get(CONVERSATION_KEY),
                 prompt_token_ids=request.prompt_token_ids or (),
                 output_token_ids=request.output_token_ids,
-                p_end=request.num_prompt_tokens,
                 u_end=plan.request.u_end if plan is not None else None,
                 d_end=committed_end(
                     request.num_prompt_tokens, request.output_token_ids, params.all_stop_token_ids
