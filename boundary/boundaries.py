@@ -96,11 +96,6 @@ CONTROL_START = "\U000f0000"
 CONTROL_END = "\U000f0001"
 
 
-def control_token_pattern(control_tokens: tuple[str, ...]) -> re.Pattern[str]:
-    longest_first = sorted(control_tokens, key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
-
-
 def mark_control_tokens(obj: object, pattern: re.Pattern[str]) -> object:
     """Wrap control tokens in every string of ``obj`` (dict keys excepted) in markers."""
     if isinstance(obj, str):

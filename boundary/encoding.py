@@ -57,7 +57,7 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -259,8 +259,9 @@ def _pre_tokenizer_kinds(pre_tokenizer: Any) -> set[str]:
     return kinds
 
 
-def added_token_pattern(tokens: Mapping[str, int]) -> re.Pattern[str]:
-    """Leftmost-longest match of any added token, as tokenizers' added vocabulary matches."""
+def token_pattern(tokens: Iterable[str]) -> re.Pattern[str]:
+    """Leftmost-longest match of any of ``tokens``, as tokenizers' added vocabulary matches
+    (the one builder for added-token and control-token regexes; never matches when empty)."""
     longest_first = sorted(tokens, key=len, reverse=True)
     return re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
 
@@ -297,7 +298,7 @@ class SegmentEncoder:
         self._rank_file = str(rank_file)
         self._pattern_str = pattern
         self._added = dict(added_tokens)
-        self._pattern = added_token_pattern(self._added)
+        self._pattern = token_pattern(self._added)
         self._normalize = normalize
         self.max_added_len = max((len(t) for t in self._added), default=0)
 

@@ -20,23 +20,27 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.errors import TemplateRenderError
 from boundary.offsets import BoundaryStatus
-from boundary.outputs import GeneratedOutput, ParsedOutput, RegionKind, output_format, parse_output
+from boundary.outputs import (
+    GeneratedOutput,
+    OutputFormat,
+    ParsedOutput,
+    RegionKind,
+    output_format,
+    parse_output,
+)
 from boundary.outputs.model import OutputStatus
-from boundary.prefixes import common_prefix_length, common_prefix_packed, packed
-
-if TYPE_CHECKING:
-    from boundary.family import Family
-    from boundary.outputs.codec import OutputFormat
+from boundary.prefixes import common_prefix_length
+from boundary.renderer import Renderer
 
 
 class Cause(StrEnum):
@@ -140,11 +144,6 @@ class RoundTrip:
 # -- the comparison --------------------------------------------------------------------------
 
 
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """The length of the longest common prefix of two id sequences."""
-    return common_prefix_packed(packed(a), packed(b))
-
-
 def trailing_controls(ids: Sequence[int], control_ids: frozenset[int]) -> int:
     """How many of the last ids are stop/control tokens."""
     n = 0
@@ -153,13 +152,14 @@ def trailing_controls(ids: Sequence[int], control_ids: frozenset[int]) -> int:
     return n
 
 
-def control_ids(family: Family, fmt: OutputFormat) -> frozenset[int]:
-    ids = (family.tokenizer.token_to_id(t) for t in (*fmt.stop_tokens, "<|end|>" if fmt.harmony else ""))
+def control_ids(family: Renderer, fmt: OutputFormat) -> frozenset[int]:
+    """The ids of the format's stop tokens (a rewritten stop token is one of them)."""
+    ids = (family.tokenizer.token_to_id(t) for t in fmt.stop_tokens)
     return frozenset(i for i in ids if i is not None)
 
 
 def check_continuation(
-    family: Family,
+    family: Renderer,
     prompt: Rendering,
     generated: Sequence[int],
     parsed: ParsedOutput,
@@ -177,7 +177,7 @@ def check_continuation(
     p = len(prompt.token_ids)
     seq = prompt.token_ids + list(generated)
     nxt = next_rendering.token_ids
-    lcp = common_prefix(seq, nxt)
+    lcp = common_prefix_length(seq, nxt)
     trailing = trailing_controls(generated, control_ids(family, fmt))
     body = len(generated) - trailing
     if lcp >= p + body:
@@ -252,7 +252,7 @@ def _token_ends_by(rendering: Rendering, token: int, char: int) -> bool:
 
 
 def _token_ends_by_a(
-    family: Family, prompt: Rendering, generated: Sequence[int], token: int, char: int
+    family: Renderer, prompt: Rendering, generated: Sequence[int], token: int, char: int
 ) -> bool:
     """The same for ``prompt + generated`` (generated tokens measured by decoding them)."""
     p = len(prompt.token_ids)
@@ -261,8 +261,34 @@ def _token_ends_by_a(
     return len(prompt.text) + len(family.tokenizer.decode(list(generated[: token - p + 1]))) <= char
 
 
+class Verdict(NamedTuple):
+    """Why ``prompt + generated`` and the next request part ways: the cause and what differs."""
+
+    cause: Cause
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Divergence:
+    """Where the two texts part: ``a`` (``prompt + generated``) and ``b`` (the next request)
+    agree on ``a[:c]``; ``u_char`` / ``p_char`` are U_end and P_end in characters."""
+
+    a: str
+    b: str
+    c: int
+    u_char: int
+    p_char: int
+
+    @property
+    def shown(self) -> str:
+        return f"{self.a[self.c : self.c + 40]!r} here, {self.b[self.c : self.c + 40]!r} in the next request"
+
+    def whitespace_only(self) -> bool:
+        return _whitespace_only(self.a[self.c :], self.b[self.c :])
+
+
 def classify(
-    family: Family,
+    family: Renderer,
     fmt: OutputFormat,
     prompt: Rendering,
     generated: Sequence[int],
@@ -271,89 +297,101 @@ def classify(
     lcp: int,
     history_same: bool = True,
     roles: Sequence[str] = (),
-) -> tuple[Cause, str]:
-    """Name the cause of the first divergence at token ``lcp``."""
-    seq = prompt.token_ids + list(generated)
-    a = prompt.text + parsed.text
-    b = nxt.text
+) -> Verdict:
+    """Name the cause of the first divergence at token ``lcp``: token-level (BPE), a turn that
+    could not be read back, then by where the texts part — in history, in the generation
+    prompt, or in the generated turn."""
+    a, b = prompt.text + parsed.text, nxt.text
     c = common_prefix_length(a, b)
     agreed = c >= len(a)  # all of prompt + generated is text of the next request
     if agreed or (_token_ends_by(nxt, lcp, c) and _token_ends_by_a(family, prompt, generated, lcp, c)):
-        tok = family.tokenizer
-        return Cause.BPE_REMERGE, (
+        tok, seq = family.tokenizer, prompt.token_ids + list(generated)
+        return Verdict(
+            Cause.BPE_REMERGE,
             f"the text agrees but token {lcp} differs: {tok.decode(seq[lcp : lcp + 1])!r} here, "
-            f"{tok.decode(nxt.token_ids[lcp : lcp + 1])!r} in the next request"
+            f"{tok.decode(nxt.token_ids[lcp : lcp + 1])!r} in the next request",
         )
     if parsed.status is not OutputStatus.COMPLETE and c >= len(prompt.text):
-        return Cause.PARSE_FAILURE, f"{parsed.status.value}: {parsed.problem}"
-    c = _tag_start(a, c)
-    here, there = a[c : c + 40], b[c : c + 40]
-    shown = f"{here!r} here, {there!r} in the next request"
-    think = fmt.think
+        return Verdict(Cause.PARSE_FAILURE, f"{parsed.status.value}: {parsed.problem}")
     u_char = prompt.input_end.char if prompt.input_end.status is BoundaryStatus.FOUND else len(prompt.text)
     assert u_char is not None
+    d = _Divergence(a, b, _tag_start(a, c), u_char, len(prompt.text))
+    think = fmt.think
     if think is not None:
         empty = re.compile(rf"\s*{re.escape(think.open_tag)}\s*{re.escape(think.close_tag)}")
-        in_a, in_b = bool(empty.match(a, c)), bool(empty.match(b, c))
+        in_a, in_b = bool(empty.match(a, d.c)), bool(empty.match(b, d.c))
         if in_a != in_b:
-            return (
+            return Verdict(
                 Cause.EMPTY_THINK_BLOCK,
-                f"an empty think block is {'dropped' if in_a else 'added'}: {shown}",
+                f"an empty think block is {'dropped' if in_a else 'added'}: {d.shown}",
             )
-    if c < u_char:
-        return _classify_history(prompt, fmt, a, b, c, history_same, shown, roles)
-    if c < len(prompt.text):
-        opened = prompt.text.find(think.open_tag, u_char) if think is not None else -1
-        if 0 <= opened <= c:
-            if parsed.reasoning:
-                return (
-                    Cause.HIDDEN_REASONING_DROPPED,
-                    f"the turn's reasoning is not rendered in history: {shown}",
-                )
-            return Cause.EMPTY_THINK_BLOCK, f"the pre-filled think block is not rendered in history: {shown}"
-        if _whitespace_only(a[c:], b[c:]):
-            return Cause.WHITESPACE, shown
-        return Cause.ROLE_HEADER, f"the assistant header is written differently in history: {shown}"
-    g = c - len(prompt.text)
+    if d.c < u_char:
+        return _classify_history(prompt, fmt, d, history_same, roles)
+    if d.c < d.p_char:
+        return _classify_generation_prompt(prompt, fmt, parsed, d)
+    return _classify_generated(fmt, parsed, d)
+
+
+def _classify_generation_prompt(
+    prompt: Rendering, fmt: OutputFormat, parsed: ParsedOutput, d: _Divergence
+) -> Verdict:
+    """The texts part between U_end and P_end: in the generation-only suffix."""
+    think = fmt.think
+    opened = prompt.text.find(think.open_tag, d.u_char) if think is not None else -1
+    if 0 <= opened <= d.c:
+        if parsed.reasoning:
+            return Verdict(
+                Cause.HIDDEN_REASONING_DROPPED, f"the turn's reasoning is not rendered in history: {d.shown}"
+            )
+        return Verdict(
+            Cause.EMPTY_THINK_BLOCK, f"the pre-filled think block is not rendered in history: {d.shown}"
+        )
+    if d.whitespace_only():
+        return Verdict(Cause.WHITESPACE, d.shown)
+    return Verdict(Cause.ROLE_HEADER, f"the assistant header is written differently in history: {d.shown}")
+
+
+def _classify_generated(fmt: OutputFormat, parsed: ParsedOutput, d: _Divergence) -> Verdict:
+    """The texts part inside the generated turn: named by the region they part in."""
+    g = d.c - d.p_char
     kinds = [r.kind for r in parsed.regions_at(g)]
+    shown = d.shown
     if RegionKind.REASONING in kinds:
         if not parsed.reasoning:
-            return (
-                Cause.EMPTY_THINK_BLOCK,
-                f"the empty think block is written differently in history: {shown}",
+            return Verdict(
+                Cause.EMPTY_THINK_BLOCK, f"the empty think block is written differently in history: {shown}"
             )
-        if _whitespace_only(a[c:], b[c:]):
-            return Cause.WHITESPACE, f"around the reasoning: {shown}"
-        return Cause.HIDDEN_REASONING_DROPPED, f"the turn's reasoning is not rendered in history: {shown}"
+        if d.whitespace_only():
+            return Verdict(Cause.WHITESPACE, f"around the reasoning: {shown}")
+        return Verdict(
+            Cause.HIDDEN_REASONING_DROPPED, f"the turn's reasoning is not rendered in history: {shown}"
+        )
     if RegionKind.ARGUMENTS in kinds:
-        return Cause.TOOL_CALL_RESERIALIZED, f"{_arguments_change(parsed, g, b, len(prompt.text))}: {shown}"
+        change = _arguments_change(parsed, g, d.b, d.p_char)
+        return Verdict(Cause.TOOL_CALL_RESERIALIZED, f"{change}: {shown}")
     if RegionKind.TOOL_CALL in kinds:
-        if _whitespace_only(a[c:], b[c:]):
-            return Cause.WHITESPACE, f"in a tool call's framing: {shown}"
-        if fmt.harmony:
-            return Cause.ROLE_HEADER, f"the tool call's header is written in another order: {shown}"
-        return Cause.TOOL_CALL_RESERIALIZED, f"the tool call is written differently: {shown}"
+        if d.whitespace_only():
+            return Verdict(Cause.WHITESPACE, f"in a tool call's framing: {shown}")
+        if fmt.header_marker:
+            return Verdict(Cause.ROLE_HEADER, f"the tool call's header is written in another order: {shown}")
+        return Verdict(Cause.TOOL_CALL_RESERIALIZED, f"the tool call is written differently: {shown}")
     if RegionKind.STOP in kinds:
-        return Cause.STOP_TOKEN, shown
-    if _whitespace_only(a[c:], b[c:]):
-        return Cause.WHITESPACE, shown
-    if fmt.harmony and "<|channel|>" in here and "<|channel|>" in there:
-        return Cause.ROLE_HEADER, f"the message header is written differently: {shown}"
-    return Cause.OTHER, shown
+        return Verdict(Cause.STOP_TOKEN, shown)
+    if d.whitespace_only():
+        return Verdict(Cause.WHITESPACE, shown)
+    marker = fmt.header_marker
+    if marker and marker in d.a[d.c : d.c + 40] and marker in d.b[d.c : d.c + 40]:
+        return Verdict(Cause.ROLE_HEADER, f"the message header is written differently: {shown}")
+    return Verdict(Cause.OTHER, shown)
 
 
 def _classify_history(
-    prompt: Rendering,
-    fmt: OutputFormat,
-    a: str,
-    b: str,
-    c: int,
-    history_same: bool,
-    shown: str,
-    roles: Sequence[str],
-) -> tuple[Cause, str]:
+    prompt: Rendering, fmt: OutputFormat, d: _Divergence, history_same: bool, roles: Sequence[str]
+) -> Verdict:
+    """The texts part before U_end: in the system prompt or an earlier turn."""
+    a, b, c, shown = d.a, d.b, d.c, d.shown
     if not history_same:
-        return Cause.HISTORY_EDITED, f"the next request changes an earlier message: {shown}"
+        return Verdict(Cause.HISTORY_EDITED, f"the next request changes an earlier message: {shown}")
     starts = prompt.message_starts
     first_turn = next(
         (
@@ -366,24 +404,28 @@ def _classify_history(
     window = a[max(0, c - 24) : c + 24]
     if first_turn is None or c < first_turn:
         if _DATE.search(window):
-            return Cause.SYSTEM_PROMPT, f"the date in the system prompt changed: {shown}"
+            return Verdict(Cause.SYSTEM_PROMPT, f"the date in the system prompt changed: {shown}")
         if first_turn is not None:
-            return Cause.SYSTEM_PROMPT, f"the system prompt changed: {shown}"
+            return Verdict(Cause.SYSTEM_PROMPT, f"the system prompt changed: {shown}")
     think = fmt.think
     if think is not None:
         opened = a.rfind(think.open_tag, 0, c + len(think.open_tag))
         closed = a.find(think.close_tag, max(opened, 0))
         if opened >= 0 and closed >= c - len(think.close_tag):
-            body = a[opened + len(think.open_tag) : closed]
-            if body.strip():
-                return Cause.HIDDEN_REASONING_DROPPED, f"an earlier turn's reasoning is dropped: {shown}"
-            return Cause.EMPTY_THINK_BLOCK, f"an earlier turn's empty think block is dropped: {shown}"
+            if a[opened + len(think.open_tag) : closed].strip():
+                return Verdict(
+                    Cause.HIDDEN_REASONING_DROPPED, f"an earlier turn's reasoning is dropped: {shown}"
+                )
+            return Verdict(
+                Cause.EMPTY_THINK_BLOCK, f"an earlier turn's empty think block is dropped: {shown}"
+            )
     if c in starts and a[c : c + 32] in b[c : c + 8192]:
         at = starts.index(c)
-        return Cause.OTHER, f"the template writes something new before messages[{at}]: {shown}"
-    if fmt.harmony and "<|channel|>analysis" in a[max(0, c - 12) : c + 20]:
-        return Cause.HIDDEN_REASONING_DROPPED, f"an earlier turn's analysis is dropped: {shown}"
-    return Cause.OTHER, f"the template renders earlier history differently: {shown}"
+        return Verdict(Cause.OTHER, f"the template writes something new before messages[{at}]: {shown}")
+    header = fmt.reasoning_header
+    if header and header in a[max(0, c - 12) : c + 20]:
+        return Verdict(Cause.HIDDEN_REASONING_DROPPED, f"an earlier turn's analysis is dropped: {shown}")
+    return Verdict(Cause.OTHER, f"the template renders earlier history differently: {shown}")
 
 
 def _arguments_change(parsed: ParsedOutput, g: int, b: str, offset: int) -> str:
@@ -446,7 +488,7 @@ def continuation_messages(
 
 
 def verify_round_trip(
-    family: Family,
+    family: Renderer,
     messages: Sequence[Mapping[str, Any] | Any],
     generated: Sequence[int] | GeneratedOutput,
     next_messages: Sequence[Mapping[str, Any] | Any] | None = None,
@@ -487,28 +529,23 @@ def verify_round_trip(
             roles=roles,
         )
 
-    skipped: list[tuple[Continuation, str]] = []
     if next_messages is not None:
         checks = [probe("given", next_messages, next_tools if next_tools is not None else tools)]
+        skipped: list[tuple[Continuation, str]] = []
     else:
-        wanted: list[Continuation] = (
-            ["tool_result", "new_user", "final_answer"] if parsed.tool_calls else ["new_user"]
-        )
-        appended = _appended(parsed, habits)
-        checks = []
-        for c in wanted:
-            try:
-                checks.append(probe(c, continuation_messages(messages, appended, c), tools))
-            except TemplateRenderError as exc:  # the template's own rule rejects this continuation
-                skipped.append((c, f"the template rejects it: {exc}"))
-                continue
-            if c == "new_user":
-                break  # the final answer only stands in for a rejected new user message
-        if not checks:
-            raise TemplateRenderError(
-                "the template rejects every probed continuation: "
-                + "; ".join(f"{c}: {why}" for c, why in skipped)
-            )
+        checks, skipped = _probe_continuations(messages, parsed, habits, tools, probe)
+    return _round_trip(checks, skipped, prompt, parsed, ids, unit)
+
+
+def _round_trip(
+    checks: list[ContinuationCheck],
+    skipped: list[tuple[Continuation, str]],
+    prompt: Rendering,
+    parsed: ParsedOutput,
+    ids: list[int],
+    unit: int,
+) -> RoundTrip:
+    """The verdict: the first probe's fields on top, every probe kept."""
     main = checks[0]
     return RoundTrip(
         d_end=main.d_end,
@@ -529,8 +566,40 @@ def verify_round_trip(
     )
 
 
+def _probe_continuations(
+    messages: Sequence[Any],
+    parsed: ParsedOutput,
+    habits: ClientHabits,
+    tools: Sequence[Any] | None,
+    probe: Callable[..., ContinuationCheck],
+) -> tuple[list[ContinuationCheck], list[tuple[Continuation, str]]]:
+    """Probe the continuations that matter (a tool result when the turn calls tools, a new
+    user message; the final answer only when the template rejects the new user message), and
+    the ones the template rejects, each with its reason."""
+    wanted: list[Continuation] = (
+        ["tool_result", "new_user", "final_answer"] if parsed.tool_calls else ["new_user"]
+    )
+    appended = _appended(parsed, habits)
+    checks: list[ContinuationCheck] = []
+    skipped: list[tuple[Continuation, str]] = []
+    for c in wanted:
+        try:
+            checks.append(probe(c, continuation_messages(messages, appended, c), tools))
+        except TemplateRenderError as exc:  # the template's own rule rejects this continuation
+            skipped.append((c, f"the template rejects it: {exc}"))
+            continue
+        if c == "new_user":
+            break  # the final answer only stands in for a rejected new user message
+    if not checks:
+        raise TemplateRenderError(
+            "the template rejects every probed continuation: "
+            + "; ".join(f"{c}: {why}" for c, why in skipped)
+        )
+    return checks, skipped
+
+
 def _history_same(
-    family: Family, messages: Sequence[Any], next_messages: Sequence[Any], habits: ClientHabits
+    family: Renderer, messages: Sequence[Any], next_messages: Sequence[Any], habits: ClientHabits
 ) -> bool:
     if len(next_messages) < len(messages):
         return False

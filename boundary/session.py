@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -41,10 +41,7 @@ from boundary.protocol import (
     parse_tools,
     to_template_tools,
 )
-
-if TYPE_CHECKING:
-    from boundary.family import Family
-
+from boundary.renderer import Renderer
 
 _UNSET = object()
 
@@ -66,7 +63,7 @@ class Session:
     new message), so callers may pass freshly parsed dicts every turn.
     """
 
-    def __init__(self, family: Family) -> None:
+    def __init__(self, family: Renderer) -> None:
         self.family = family
         self.stats = SessionStats()
         self._seen: list[Any] = []  # copies of the messages last given
@@ -130,7 +127,7 @@ class Session:
         text = rendered.text
         ids, token_map = self._encode(text)
         result = assemble(rendered, text, ids, token_map, lambda c: c)
-        _, ignored = fam.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs)
+        ignored = fam.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs).ignored
         return replace(result, ignored_template_kwargs=ignored) if ignored else result
 
     def _prepare(
@@ -185,7 +182,7 @@ class SessionCache:
     """Sessions by id; at most ``capacity`` are kept and the least recently used is dropped
     first. Memory per session is one conversation's text, ids and cuts."""
 
-    def __init__(self, family: Family, capacity: int = 1024) -> None:
+    def __init__(self, family: Renderer, capacity: int = 1024) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.family = family

@@ -33,7 +33,7 @@ from boundary.cache.eviction import LRU, EvictionPolicy
 from boundary.cache.hashing import PrefixHasher, PrefixId, PrefixReuse
 from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPrefixCache
 from boundary.cache.lookup import Hit, find_joint_hit
-from boundary.cache.memory import Entry, EntryKind
+from boundary.cache.entry import Entry, EntryKind
 from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import PlannedState, RetentionPlan, engine_geometry, plan_retention

@@ -9,10 +9,9 @@ against bytes freed) implements the same four methods.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from boundary.cache.memory import Entry
+from boundary.cache.entry import Entry
 
 
 class EvictionPolicy(Protocol):

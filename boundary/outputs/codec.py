@@ -14,13 +14,15 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+import boundary.outputs.engine_rules as engine_rules
+import boundary.outputs.harmony as harmony
+from boundary.boundaries import Rendering
 from boundary.errors import RequestError, TemplateLoadError
 from boundary.offsets import BoundaryStatus
-from boundary.outputs import engine_rules, harmony
 from boundary.outputs.arguments import parameter_types
 from boundary.outputs.formats.base import CallContext, ReadCall, ToolCallSyntax
 from boundary.outputs.formats.json_calls import (
@@ -40,11 +42,10 @@ from boundary.outputs.model import (
     WrittenCall,
 )
 from boundary.outputs.reasoning import Prefill, ThinkTags
-from boundary.protocol import AssistantMessage, Tool
-
-if TYPE_CHECKING:
-    from boundary.boundaries import Rendering
-    from boundary.family import Family, FamilySpec
+from boundary.outputs.vllm_backend import engine_read, parser_names
+from boundary.protocol import AssistantMessage, Tool, first_error
+from boundary.renderer import Renderer
+from boundary.spec import FamilySpec
 
 HARMONY = "harmony"
 Backend = Literal["boundary", "vllm"]  # who reads generated turns: boundary's readers or vLLM's parsers
@@ -76,6 +77,8 @@ class OutputFormat:
     before_tool_calls: str
     between_tool_calls: str
     after_tool_calls: str
+    header_marker: str | None = None  # opens a message header (harmony's channel marker)
+    reasoning_header: str | None = None  # opens an earlier turn's reasoning in history
 
 
 _FORMATS: dict[tuple[int, str | None], tuple[FamilySpec, OutputFormat]] = {}
@@ -121,10 +124,12 @@ def _build_format(spec: FamilySpec, variant: str | None) -> OutputFormat:
         after_tool_calls=out.after_tool_calls
         if out.after_tool_calls is not None
         else getattr(syntax, "after", ""),
+        header_marker=out.header_marker,
+        reasoning_header=out.reasoning_header,
     )
 
 
-def output_format(family: Family | FamilySpec, variant: str | None = None) -> OutputFormat:
+def output_format(family: Renderer | FamilySpec, variant: str | None = None) -> OutputFormat:
     """The output format of a family's ``variant`` (default: the family's default variant)."""
     spec = getattr(family, "spec", family)
     return _format(spec, variant or getattr(family, "default_variant", None) or spec.default_variant)
@@ -147,8 +152,6 @@ _ASSISTANT = TypeAdapter(AssistantMessage)
 
 
 def _assistant(message: Mapping[str, Any] | BaseModel) -> AssistantMessage:
-    from boundary.protocol import _first_error  # one place turns validation errors into locations
-
     if isinstance(message, AssistantMessage):
         return message
     raw = message.model_dump(exclude_unset=True) if isinstance(message, BaseModel) else message
@@ -161,7 +164,7 @@ def _assistant(message: Mapping[str, Any] | BaseModel) -> AssistantMessage:
     try:
         return _ASSISTANT.validate_python(dict(raw))
     except ValidationError as exc:
-        raise _first_error("message", exc, skip_tag=False) from None
+        raise first_error("message", exc, skip_tag=False) from None
 
 
 def _text(content: Any) -> str:
@@ -173,7 +176,7 @@ def _text(content: Any) -> str:
 
 
 def format_output(
-    family: Family,
+    family: Renderer,
     prompt: Rendering,
     message: Mapping[str, Any] | BaseModel,
     *,
@@ -225,7 +228,7 @@ def format_output(
 
 
 def parse_output(
-    family: Family,
+    family: Renderer,
     generated: str | Sequence[int] | GeneratedOutput,
     prompt: Rendering,
     *,
@@ -261,7 +264,7 @@ def parse_output(
     return _with_engine_rules(family, ours, prompt, declared, variant, template_kwargs)
 
 
-def _backend(family: Family, variant: str | None) -> Backend:
+def _backend(family: Renderer, variant: str | None) -> Backend:
     spec = family.spec
     chosen = next((v for v in spec.variants if v.name == (variant or family.default_variant)), None)
     out = chosen.output if chosen is not None and chosen.output is not None else spec.output
@@ -269,7 +272,7 @@ def _backend(family: Family, variant: str | None) -> Backend:
 
 
 def _with_engine_rules(
-    family: Family,
+    family: Renderer,
     ours: ParsedOutput,
     prompt: Rendering,
     tools: list[dict[str, Any]] | None,
@@ -280,8 +283,6 @@ def _with_engine_rules(
     (read by ``engine_rules``, without vLLM); unchanged for families that name none.
     ``template_kwargs`` None means not known: where the reasoning parser depends on them
     (DeepSeek-V3.1's ``thinking``), the prompt tells, as the kwargs that rendered it would."""
-    from boundary.outputs.vllm_backend import parser_names
-
     tool, reasoning = parser_names(family, variant or family.default_variant)
     if output_format(family, variant).harmony or not engine_rules.supported(tool, reasoning):
         return ours
@@ -349,7 +350,7 @@ def _engine_message_dict(
 
 
 def _with_engine_message(
-    family: Family,
+    family: Renderer,
     ours: ParsedOutput,
     ids: list[int],
     prompt: Rendering,
@@ -357,8 +358,6 @@ def _with_engine_message(
     variant: str | None,
     template_kwargs: Mapping[str, Any] | None,
 ) -> ParsedOutput:
-    from boundary.outputs.vllm_backend import engine_read
-
     fmt = output_format(family, variant)
     body = ours.text[: len(ours.text) - len(ours.stop_token or "")]
     stop_id = family.tokenizer.token_to_id(ours.stop_token) if ours.stop_token else None
@@ -379,7 +378,7 @@ def _with_engine_message(
 
 
 def _parse_own(
-    family: Family, text: str, prompt: Rendering, tools: list[dict[str, Any]], variant: str | None
+    family: Renderer, text: str, prompt: Rendering, tools: list[dict[str, Any]], variant: str | None
 ) -> ParsedOutput:
     fmt = output_format(family, variant)
     types = parameter_types(tools)
