@@ -13,6 +13,7 @@ from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind, materialize
 from boundary.errors import (
     BoundaryError,
+    ModelNotFoundError,
     RenderLimitExceeded,
     RequestError,
     SandboxViolation,
@@ -44,6 +45,7 @@ __all__ = [
     "FamilySpec",
     "GeneratedOutput",
     "Horizon",
+    "ModelNotFoundError",
     "OutputStatus",
     "ParsedOutput",
     "RenderLimitExceeded",

@@ -9,6 +9,9 @@ package's ``__init__`` is counted too (except from inside that package).
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import boundary
@@ -145,3 +148,24 @@ def test_importing_a_submodule_runs_its_package_init(tmp_path: Path) -> None:
     )
     assert cycles(import_graph(pkg)) == [["pkg.low", "pkg.sub", "pkg.sub.user"]]
     assert "pkg.sub" not in import_graph(pkg)["pkg.sub.user"]  # from inside the package: no edge
+
+
+def test_the_vllm_tests_skip_with_the_reason_when_vllm_is_absent() -> None:
+    hide_vllm = (
+        "import sys; sys.modules['vllm'] = None; import pytest; "
+        "sys.exit(pytest.main(['-q', '-rs', '-p', 'no:xdist', '-p', 'no:cacheprovider', "
+        "'tests/vllm/test_vllm_scheduler.py', 'tests/outputs/test_vllm_differential.py', "
+        "'tests/vllm/test_vllm_decode_end.py']))"
+    )
+    root = PACKAGE.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "integrations" / "vllm")])}
+    done = subprocess.run(
+        [sys.executable, "-c", hide_vllm], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout + done.stderr  # collects; nothing fails
+    skips = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert any("test_vllm_scheduler.py" in line for line in skips)  # a module importing vLLM at its top
+    assert any("test_vllm_decode_end.py:" in line for line in skips)  # a test marked vllm
+    assert all(
+        line.endswith("vLLM 0.33.0 is not installed (scripts/test and CI install it)") for line in skips
+    )
