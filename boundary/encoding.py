@@ -285,7 +285,7 @@ class SegmentEncoder:
     leave ASCII text unchanged (NFC does).
     """
 
-    __slots__ = ("_added", "_normalize", "_pattern", "_pattern_str", "_rank_file", "max_added_len")
+    __slots__ = ("_added", "_normalize", "_pattern", "_pattern_str", "_rank_file")
 
     def __init__(
         self,
@@ -300,7 +300,6 @@ class SegmentEncoder:
         self._added = dict(added_tokens)
         self._pattern = token_pattern(self._added)
         self._normalize = normalize
-        self.max_added_len = max((len(t) for t in self._added), default=0)
 
     def encode(self, text: str) -> tuple[list[int], list[Cut]]:
         bpe = _tiktoken_encoding(self._rank_file, self._pattern_str).encode_ordinary

@@ -29,11 +29,11 @@ from boundary.cache.accounting import (
     minimum_block_size,
 )
 from boundary.cache.chunking import prefill_chunk_ends
+from boundary.cache.entry import Entry, EntryKind
 from boundary.cache.eviction import LRU, EvictionPolicy
 from boundary.cache.hashing import PrefixHasher, PrefixId, PrefixReuse
 from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPrefixCache
 from boundary.cache.lookup import Hit, find_joint_hit
-from boundary.cache.entry import Entry, EntryKind
 from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import PlannedState, RetentionPlan, engine_geometry, plan_retention

@@ -63,6 +63,3 @@ class LRU:
 
     def __contains__(self, entry: object) -> bool:
         return entry in self._queue
-
-
-EVICTION_POLICIES = {"lru": LRU}

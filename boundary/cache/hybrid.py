@@ -241,9 +241,6 @@ class HybridPrefixCache:
         self._release(flight.scratch, now)
         return tuple(created)
 
-    def in_flight(self) -> int:
-        return len(self._in_flight)
-
     def close(self, now: float) -> None:
         """Account occupancy up to ``now`` (the end of the replay)."""
         self._advance(now)

@@ -81,13 +81,11 @@ class Grammar:
     moves: Mapping[tuple[str, str], Move]
     arguments: Callable[[str], str]
     name_rule: Callable[[str, str], tuple[str, str | None]] | None = None
-    strip_reasoning: bool = True  # trailing whitespace of the reasoning is dropped
     strip_content_with_tools: bool = True
     declared_only: bool = False  # calls to tools the request does not declare are dropped
     empty_name_ok: bool = False  # a call without a name is still a call (Mistral)
     short_ids: bool = False  # calls get 9-character alphanumeric ids (Mistral's)
     envelope_name: bool = True  # a nameless call may name itself in a JSON envelope
-    turn_boundaries: tuple[str, ...] = ()  # the prompt may close the reasoning (ChatML)
     reasoning_terminals: frozenset[str] = field(default=frozenset())
 
     def literals(self, dropped: frozenset[str]) -> dict[str, str]:
@@ -290,7 +288,7 @@ def _kimi_name(header: str, raw_args: str) -> tuple[str, str | None]:
 # -- formats ----------------------------------------------------------------------------------
 
 
-def _qwen3(thinking: bool = True) -> Grammar:
+def _qwen3() -> Grammar:
     moves: dict[tuple[str, str], Move] = {
         (REASONING, "think"): (REASONING, ()),
         (REASONING, "/think"): (CONTENT, (THOUGHT_END,)),
@@ -327,7 +325,6 @@ def _qwen3(thinking: bool = True) -> Grammar:
         },
         moves=moves,
         arguments=_qwen3_parameters,
-        strip_reasoning=False,
         reasoning_terminals=_reasoning_markers(moves),
     )
 
