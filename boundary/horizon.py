@@ -265,6 +265,11 @@ def stability_horizon(
     trailing = trailing_controls(generated, control_ids(family, fmt))
     rewritten_stop = any(r.part == "stop_token" for r in rewrites)
     kept = len(prompt.token_ids) + len(generated) - (trailing if rewritten_stop else 0)
+    return _horizon(kept, limits, holds)
+
+
+def _horizon(kept: int, limits: list[HorizonLimit], holds: list[str]) -> Horizon:
+    """The shallowest of ``limits`` and the ``kept`` length of ``prompt + generated``."""
     shallowest = min(limits, key=lambda lim: lim.position, default=None)
     position = min(kept, shallowest.position) if shallowest else kept
     return Horizon(

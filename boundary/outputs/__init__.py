@@ -8,7 +8,7 @@ frontend appends (``parse_output``).
     parsed.status, parsed.message
 """
 
-from boundary.outputs.codec import OutputFormat, format_output, generation_suffix, output_format, parse_output
+from boundary.outputs.codec import OutputFormat, format_output, generation_suffix, output_format
 from boundary.outputs.model import (
     GeneratedOutput,
     OutputStatus,
@@ -17,6 +17,7 @@ from boundary.outputs.model import (
     RegionKind,
     WrittenCall,
 )
+from boundary.outputs.reading import parse_output
 
 __all__ = [
     "GeneratedOutput",
