@@ -4,9 +4,16 @@
     r = fam.render(messages, tools=None, add_generation_prompt=True, enable_thinking=True)
     r.token_ids, r.u_end, r.p_end, r.checkpoint(unit=64)
 
-Data flows one way: request (``protocol``) -> render (``render``, sandboxed and
-instrumented) -> boundaries (``boundaries``) -> checkpoints (``checkpoints``) -> engine or
-report. ``import boundary`` never imports vllm.
+Data flows one way, and imports follow it (``tests/test_imports.py`` fails on any cycle):
+
+    spec, registry (family.toml data)  ->  request (protocol)  ->  render (render, sandbox,
+    instrumentation, continuation, template_kwargs)  ->  boundaries (boundaries, tokenizer,
+    encoding)  ->  renderer (one pass: ids, U_end, P_end)  ->  checkpoints, retention_policy
+    ->  outputs (codec, reading)  ->  round trip (roundtrip, divergence)  ->  horizon
+    ->  audit / experiment / cache model  ->  cli; integrations/vllm on top.
+
+``Family`` (``boundary.family``) is a thin facade over the renderer that adds sessions and
+the round trip; nothing below it imports it. ``import boundary`` never imports vllm.
 """
 
 from boundary.boundaries import Rendering

@@ -1,4 +1,7 @@
-"""``python -m boundary``: the same entry point as the ``boundary`` console script."""
+"""``python -m boundary``: the same entry point as the ``boundary`` console script.
+
+Where it sits: the top, beside the console script: it runs ``boundary.cli.main``.
+"""
 
 import sys
 

@@ -1,5 +1,8 @@
 """A rendered prompt in tokens, with its boundaries: U_end (input end) and P_end (prompt end).
 
+Where it sits: after render (it encodes the ``TextRendering``) and before checkpoints and
+everything that reads ids.
+
 ``encode_rendering`` is the tokenization stage: one encode of the full text (exactly the
 ids ``apply_chat_template(tokenize=True)`` returns), then each char boundary floored to
 the deepest token boundary at or before it.

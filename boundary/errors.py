@@ -1,5 +1,7 @@
 """The exceptions boundary raises, one small tree.
 
+Where it sits: beside every stage: each raises from this one tree; it imports nothing.
+
     BoundaryError                 base; ``location`` names where, ``detail`` says what
     ├── RequestError              bad request input: ``messages[3].tool_call_id: ...``
     ├── TemplateError

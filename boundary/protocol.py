@@ -1,5 +1,8 @@
 """Typed OpenAI-style chat requests, validated one message at a time.
 
+Where it sits: the first stage, request: what the render stage takes; it imports only
+``errors``.
+
 Validation, normalization and rendering are separate stages: ``parse_messages`` /
 ``parse_tools`` turn untrusted input into models (or raise ``RequestError`` naming the
 message index and field), and ``to_template_messages`` / ``to_template_tools`` turn models

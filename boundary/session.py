@@ -1,5 +1,8 @@
 """Session-incremental rendering: per-turn cost proportional to what changed.
 
+Where it sits: after the renderer (``boundary.renderer``), whose results it reproduces
+incrementally; the ``Family`` facade offers it.
+
 A serving frontend renders every turn of a conversation, and each request repeats the whole
 history. ``Session.render`` gives exactly what ``Family.render`` gives for the same request,
 but only validates the messages it has not seen and only tokenizes the text after the last

@@ -1,5 +1,8 @@
 """Vocabularies: loading them from anything a user has, and encoding with char offsets.
 
+Where it sits: below the render stage's encoding step (``boundaries``) and beside the registry,
+which builds shipped tokenizers with it.
+
 ``Tokenizer`` wraps a ``tokenizers.Tokenizer`` (the same object transformers' fast
 tokenizers run on) together with the special-token variables that chat templates read
 (``bos_token``, ``eos_token``, ...). It encodes exactly as ``apply_chat_template`` does

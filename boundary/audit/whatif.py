@@ -1,6 +1,8 @@
 """What-if re-runs: a template option or a client habit that would make D_end round-trip,
 measured by running the trace again with it.
 
+Where it sits: after the audit runner, whose runs it repeats with one setting changed.
+
 Template options come from the family's history rewrites (``unless`` kwargs that switch a
 rewrite off, e.g. Qwen3.6 ``preserve_thinking``). Client habits rewrite the trace the way
 such a client would have sent it: later requests carry the turn as the model wrote it.

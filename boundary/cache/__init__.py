@@ -1,5 +1,8 @@
 """A faithful model of a hybrid prefix cache in vLLM 0.33.0 align mode.
 
+Where it sits: after checkpoints and the retention policy, whose decisions it executes; the
+experiment drives it.
+
 Attention KV in blocks found by chained prefix ids at ``prefix_match_unit``; recurrent states
 only where retained (``prefix_cache_retention_interval=0``: the states the retention policy
 ``boundary.retention_policy`` decides, P_end's block twin among them, and reactive shared-prefix

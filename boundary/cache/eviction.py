@@ -1,5 +1,7 @@
 """Which cached entry goes when memory is needed: a small protocol and vLLM's LRU.
 
+Where it sits: in the cache model, above ``entry``; ``memory`` evicts through it.
+
 An entry is *evictable* while it is cached (findable by some prefix id) and no in-flight
 request holds it. The policy sees entries become evictable (``release``), stop being
 evictable (``touch``: a request holds it again) and leave (``discard``), and names the

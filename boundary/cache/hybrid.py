@@ -1,5 +1,8 @@
 """A hybrid prefix cache in vLLM 0.33.0 align mode, retention interval 0.
 
+Where it sits: the top of the cache model: it composes blocks, states, lookup and retention;
+the experiment calls it.
+
 ``HybridPrefixCache`` replays requests: ``admit`` looks a prompt up (the joint hit), holds the
 hit, allocates the request's attention blocks and running state, and creates the states the
 policy's admission decision places inside the prompt; ``finish`` takes the finish decision

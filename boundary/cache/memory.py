@@ -1,5 +1,8 @@
 """Entries (one allocation each), the prefix-id index that finds them, and byte budgets.
 
+Where it sits: in the cache model, above ``entry`` and ``eviction``; the block pool and state
+store allocate through it.
+
 An ``Entry`` is an attention block, a retained recurrent state, or a running state (scratch).
 It is *cached* while it has keys (prefix ids it answers to), *held* while in-flight requests
 reference it, and *evictable* when cached and not held. An ``Arena`` is a byte budget: it

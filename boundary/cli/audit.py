@@ -1,5 +1,7 @@
 """``boundary audit``: which of P_end / U_end / D_end each next request of a trace reuses, and why not.
 
+Where it sits: the top: it reads a trace, runs ``boundary.audit`` and prints the report.
+
     boundary audit TRACE.jsonl --family qwen3_5 [--unit N] [--template-kwargs JSON]
                    [--json PATH] [--markdown PATH] [--plot PATH]
     boundary audit --tau-bench [--reasoning seeded] --family qwen3_6 ...

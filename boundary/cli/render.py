@@ -1,5 +1,7 @@
 """``boundary render``: render a conversation and show U_end / P_end in the prompt.
 
+Where it sits: the top: it loads a family, renders one request and prints it.
+
 The prompt with both boundaries marked and their table go to stdout (``boundary render >
 prompt.txt``); with ``--json -`` stdout carries the JSON record alone and the prompt goes to
 stderr. Errors are one line on stderr."""

@@ -2,6 +2,9 @@
 model emits it (``format_output``) and reading generated text or ids back into the message a
 frontend appends (``parse_output``).
 
+Where it sits: after render and boundaries, before the round trip: the generated turn written
+out and read back.
+
     out = format_output(fam, prompt, {"role": "assistant", "content": "Hi."})
     out.text, out.token_ids, out.stop_token
     parsed = parse_output(fam, out.token_ids, prompt)

@@ -1,5 +1,8 @@
 """A generated turn read by the rules of vLLM 0.33.0's parsers, without vLLM.
 
+Where it sits: in outputs, below ``reading``: the engine's reading of a turn, by rule, with no
+vLLM import.
+
 The message a client gets back is what the serving engine's composed parser returns
 (``ParserManager.get_parser(tool, reasoning, enable_auto_tools=True)`` then ``parse``): the
 reasoning parser splits the text, the tool parser reads calls from what it left as content.

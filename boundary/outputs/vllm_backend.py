@@ -1,5 +1,8 @@
 """vLLM's own parsers as the reader of generated turns (``parser_backend = "vllm"``).
 
+Where it sits: in outputs, below ``reading``: the only place in ``boundary/`` that imports
+vLLM, and only when called.
+
 A frontend serving with vLLM gets back exactly what vLLM's composed parser returns, so
 verifying D_end against it is verifying against the engine itself. This module calls
 ``ParserManager.get_parser(tool, reasoning, enable_auto_tools=True)`` and ``parse`` the
