@@ -72,22 +72,7 @@ def _as_written(
 
 def candidates(family: Family, settings: AuditSettings, run: AuditRun) -> list[WhatIf]:
     """The options and habits worth a re-run for this family and trace."""
-    out: list[WhatIf] = []
-    seen: set[tuple[str, Any]] = set()
-    for rewrite in family.spec.history_rewrites:
-        for key, value in rewrite.unless.items():
-            if (key, value) in seen or settings.template_kwargs.get(key) == value:
-                continue
-            seen.add((key, value))
-            out.append(
-                WhatIf(
-                    name=f"{key}={value}",
-                    kind="template_option",
-                    setting={key: value},
-                    doc=f"switches off: {rewrite.doc}",
-                    applicable=True,
-                )
-            )
+    out = _template_options(family, settings)
     reasoning = any(m.get("reasoning_content") for m in run.parsed.values())
     calls = any(m.get("tool_calls") for m in run.parsed.values())
     if reasoning and not settings.habits.echo_reasoning:
@@ -131,6 +116,28 @@ def candidates(family: Family, settings: AuditSettings, run: AuditRun) -> list[W
                 applicable=True,
             )
         )
+    return out
+
+
+def _template_options(family: Family, settings: AuditSettings) -> list[WhatIf]:
+    """The template kwargs that switch off one of the family's history rewrites (its
+    ``unless`` column), each once, unless the run already sets it."""
+    out: list[WhatIf] = []
+    seen: set[tuple[str, Any]] = set()
+    for rewrite in family.spec.history_rewrites:
+        for key, value in rewrite.unless.items():
+            if (key, value) in seen or settings.template_kwargs.get(key) == value:
+                continue
+            seen.add((key, value))
+            out.append(
+                WhatIf(
+                    name=f"{key}={value}",
+                    kind="template_option",
+                    setting={key: value},
+                    doc=f"switches off: {rewrite.doc}",
+                    applicable=True,
+                )
+            )
     return out
 
 
