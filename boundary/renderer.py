@@ -44,6 +44,16 @@ from boundary.tokenizer import Tokenizer, template_literals
 ARGUMENTS_FORMS: tuple[str, ...] = get_args(ArgumentsForm)
 
 
+def check_arguments(arguments: object) -> None:
+    """Refuse an ``arguments=`` option that is not one of ``ARGUMENTS_FORMS`` (None: the
+    family's default), before any message is read."""
+    if arguments is not None and arguments not in ARGUMENTS_FORMS:
+        raise RequestError(
+            f"expected one of {', '.join(map(repr, ARGUMENTS_FORMS))}, got {arguments!r}",
+            location="arguments",
+        )
+
+
 class Renderer:
     """Templates + tokenizer + spec. ``render`` is one pass: text, ids, U_end, P_end.
 
@@ -103,6 +113,7 @@ class Renderer:
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         """Validate a request and normalize it into the dicts ``variant``'s template reads.
         ``strict_request`` refuses fields and content part types outside the OpenAI schema."""
+        check_arguments(arguments)
         parsed = parse_messages(messages, strict=strict_request)
         template_tools = to_template_tools(parse_tools(tools, strict=strict_request))
         return self.normalize(parsed, arguments, variant=variant), template_tools
@@ -117,11 +128,7 @@ class Renderer:
         """Validated messages as the dicts this family's templates read (``to_template_messages``;
         tool-call arguments in ``arguments`` form, default ``tool_arguments(variant)``). A family
         whose templates read text only (``content_parts = "join"``) gets the text parts joined."""
-        if arguments is not None and arguments not in ARGUMENTS_FORMS:
-            raise RequestError(
-                f"expected one of {', '.join(map(repr, ARGUMENTS_FORMS))}, got {arguments!r}",
-                location="arguments",
-            )
+        check_arguments(arguments)
         template_messages = to_template_messages(
             messages,
             reasoning_field=self.spec.reasoning_field,

@@ -44,7 +44,7 @@ from boundary.protocol import (
     parse_tools,
     to_template_tools,
 )
-from boundary.renderer import Renderer
+from boundary.renderer import Renderer, check_arguments
 
 _UNSET = object()
 
@@ -96,6 +96,7 @@ class Session:
     ) -> Rendering:
         """Same signature and result as ``Family.render``."""
         fam = self.family
+        check_arguments(arguments)
         normalized = self._prepare(messages, arguments or fam.tool_arguments(variant), strict_request)
         if strict_request or self._tools_raw is _UNSET or tools != self._tools_raw:
             self._tools = to_template_tools(parse_tools(tools, strict=strict_request))

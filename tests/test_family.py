@@ -172,8 +172,12 @@ def test_an_unknown_arguments_form_is_a_request_error_listing_the_allowed_ones()
     with pytest.raises(boundary.RequestError) as caught:
         fam.render(messages, arguments="bogus")
     assert str(caught.value) == "arguments: expected one of 'object', 'string', got 'bogus'"
+    sessions = fam.sessions()
+    sessions.render("c1", messages)
     with pytest.raises(boundary.RequestError, match=r"^arguments: expected one of"):
-        fam.sessions().render("c1", messages, arguments="bogus")
+        sessions.render("c1", messages, arguments="bogus")  # nothing new to normalize: still refused
+    with pytest.raises(boundary.RequestError, match=r"^arguments: expected one of"):
+        fam.render([{"role": "user", "content": 3}], arguments="bogus")  # the option is checked first
     assert fam.render(messages, arguments="string").text == fam.render(messages).text
 
 
