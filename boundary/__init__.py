@@ -18,6 +18,7 @@ the round trip; nothing below it imports it. ``import boundary`` never imports v
 
 from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind, materialize
+from boundary.divergence import Cause
 from boundary.errors import (
     BoundaryError,
     ModelNotFoundError,
@@ -33,7 +34,7 @@ from boundary.family import Family, FamilySpec, family_names, family_spec, load_
 from boundary.horizon import Horizon, stability_horizon
 from boundary.offsets import Boundary, BoundaryStatus, CharOffset, Span, TokenOffset
 from boundary.outputs import GeneratedOutput, OutputStatus, ParsedOutput, format_output, parse_output
-from boundary.roundtrip import Cause, ClientHabits, RoundTrip, verify_round_trip
+from boundary.roundtrip import ClientHabits, RoundTrip, verify_round_trip
 from boundary.sandbox import RenderLimits
 from boundary.tokenizer import Tokenizer
 

@@ -17,7 +17,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from boundary.boundaries import Rendering
-from boundary.offsets import BoundaryStatus
+from boundary.offsets import BoundaryStatus, CharOffset
 from boundary.outputs import OutputFormat, ParsedOutput, RegionKind
 from boundary.outputs.model import OutputStatus
 from boundary.prefixes import common_prefix_length
@@ -60,7 +60,7 @@ def _token_ends_by(rendering: Rendering, token: int, char: int) -> bool:
     """Token ``token`` of ``rendering`` ends at or before text position ``char``."""
     if token >= len(rendering.token_ids):
         return True
-    return int(rendering.boundary_at(char).token or 0) > token
+    return int(rendering.boundary_at(CharOffset(char)).token or 0) > token
 
 
 def _token_ends_by_a(
@@ -69,7 +69,7 @@ def _token_ends_by_a(
     """The same for ``prompt + generated`` (generated tokens measured by decoding them)."""
     p = len(prompt.token_ids)
     if token < p:
-        return char >= len(prompt.text) or int(prompt.boundary_at(char).token or 0) > token
+        return char >= len(prompt.text) or int(prompt.boundary_at(CharOffset(char)).token or 0) > token
     return len(prompt.text) + len(family.tokenizer.decode(list(generated[: token - p + 1]))) <= char
 
 

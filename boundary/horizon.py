@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from boundary.boundaries import Rendering
-from boundary.offsets import BoundaryStatus
+from boundary.offsets import BoundaryStatus, CharOffset
 from boundary.outputs import OutputFormat, ParsedOutput, RegionKind, output_format
 from boundary.outputs.formats.xml_calls import PARAMETERS, written_parameters
 from boundary.outputs.reasoning import Prefill
@@ -86,7 +86,7 @@ class _Positions:
     def token(self, char: int) -> int:
         p_char = len(self.prompt.text)
         if char <= p_char:
-            return int(self.prompt.boundary_at(char).token or 0)
+            return int(self.prompt.boundary_at(CharOffset(char)).token or 0)
         if self._ends is None:
             decode = self.family.tokenizer.decode
             ends, total = [], 0
@@ -297,12 +297,12 @@ def _first_rewritten_arguments(parsed: ParsedOutput, fmt: OutputFormat, habits: 
     arguments that ``tojson`` writes differently (unless the client sends them back as
     written); XML values that are JSON other than a string (a client that types them by the
     tool's schema sends them back as values, and the template writes ``tojson`` or ``str()``)."""
-    xml = fmt.syntax is not None and fmt.syntax.name in PARAMETERS
+    xml = fmt.syntax.name if fmt.syntax is not None and fmt.syntax.name in PARAMETERS else None
     for region in parsed.regions:
         if region.kind is not RegionKind.ARGUMENTS:
             continue
-        if xml:
-            values = written_parameters(fmt.syntax.name, parsed.text[region.start : region.end])
+        if xml is not None:
+            values = written_parameters(xml, parsed.text[region.start : region.end])
             if any(_retyped(raw) for _, raw in values):
                 return region.start
             continue

@@ -32,6 +32,7 @@ from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.divergence import Cause, classify
 from boundary.errors import TemplateRenderError
+from boundary.offsets import TokenOffset
 from boundary.outputs import (
     GeneratedOutput,
     OutputFormat,
@@ -194,7 +195,7 @@ def checkpoints(prompt: Rendering, d_end: int, unit: int) -> tuple[Checkpoint, .
     out = [Checkpoint.at(CheckpointKind.PROMPT_END, prompt.p_end, unit)]
     if prompt.u_end is not None:
         out.append(Checkpoint.at(CheckpointKind.INPUT_END, prompt.u_end, unit))
-    out.append(Checkpoint.at(CheckpointKind.DECODE_END, prompt.p_end + d_end, unit))
+    out.append(Checkpoint.at(CheckpointKind.DECODE_END, TokenOffset(prompt.p_end + d_end), unit))
     return tuple(out)
 
 
@@ -263,7 +264,7 @@ def verify_round_trip(
     render_kwargs: dict[str, Any] = {"variant": variant, "arguments": habits.arguments, **template_kwargs}
     prompt = family.render(messages, tools, True, now=now, **render_kwargs)
     parsed = parse_output(family, ids, prompt, tools=tools, variant=variant, template_kwargs=template_kwargs)
-    roles = [m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None) for m in messages]
+    roles = [str(m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None)) for m in messages]
 
     def probe(
         continuation: Continuation, probe_messages: Sequence[Any], probe_tools: Sequence[Any] | None

@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from boundary.cli.options import template_kwargs
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "audit",
         help="audit a multi-turn trace: which checkpoints the next request reuses, and why D_end does not",
@@ -159,8 +160,9 @@ def _audit(fam: Any, requests: list[Any], settings: Any, err: Any, *, what_if: b
         done = []
         for w in candidates(fam, settings, base) if what_if else []:
             task = progress.add_task(f"what if: {w.name}", total=len(requests))
-            advance = lambda n, t=task: progress.advance(t, n)  # noqa: E731
-            done.append(run_what_if(fam, requests, settings, base, w, advance=advance))
+            done.append(
+                run_what_if(fam, requests, settings, base, w, advance=partial(progress.advance, task))
+            )
     return base, done
 
 

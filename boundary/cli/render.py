@@ -12,14 +12,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from boundary.cli.options import template_kwargs
+
+if TYPE_CHECKING:
+    from boundary.boundaries import Rendering
 
 DEFAULT_FAMILY = "qwen3_5"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "render",
         help="render a conversation; show the prompt with U_end and P_end marked",
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     out.print(_marked_prompt(r, args))
     out.print(_table(fam, r, args, len(messages), units))
     if r.u_end is not None:
-        suffix = r.text[r.input_end.char :]
+        suffix = r.text[r.input_end.token_char :]  # the text those tokens decode to
         out.print(f"generation-only suffix: {r.p_end - r.u_end} tokens {suffix!r}")
     if args.json_out:
         text = json.dumps(_result(fam, r, args, units))
@@ -140,13 +143,13 @@ def _table(fam: Any, r: Any, args: argparse.Namespace, n_messages: int, units: l
             "U_end (input_end)",
             f"{r.input_end.char:,}",
             f"{r.u_end:,}{note}",
-            *[f"{r.checkpoint(u).position:,}" for u in units],
+            *[f"{_position(r, u, 'input_end'):,}" for u in units],
         )
     table.add_row(
         "P_end (prompt_end)",
         f"{len(r.text):,}",
         f"{r.p_end:,}",
-        *[f"{r.checkpoint(u, 'prompt_end').position:,}" for u in units],
+        *[f"{_position(r, u, 'prompt_end'):,}" for u in units],
     )
     return table
 
@@ -168,10 +171,17 @@ def _result(fam: Any, r: Any, args: argparse.Namespace, units: list[int]) -> dic
         },
         "checkpoints": {
             str(u): {
-                "input_end": None if r.u_end is None else r.checkpoint(u).position,
-                "prompt_end": r.checkpoint(u, "prompt_end").position,
+                "input_end": None if r.u_end is None else _position(r, u, "input_end"),
+                "prompt_end": _position(r, u, "prompt_end"),
             }
             for u in units
         },
         "token_ids": r.token_ids,
     }
+
+
+def _position(r: Rendering, unit: int, kind: str) -> int:
+    """Where checkpoint ``kind`` of ``r`` materializes for ``unit`` (U_end known to be found)."""
+    checkpoint = r.checkpoint(unit, kind)
+    assert checkpoint is not None
+    return checkpoint.position

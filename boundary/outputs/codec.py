@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -123,7 +123,7 @@ def _build_format(spec: FamilySpec, variant: str | None) -> OutputFormat:
 
 def output_format(family: Renderer | FamilySpec, variant: str | None = None) -> OutputFormat:
     """The output format of a family's ``variant`` (default: the family's default variant)."""
-    spec = getattr(family, "spec", family)
+    spec = cast("FamilySpec", getattr(family, "spec", family))
     return _format(spec, variant or getattr(family, "default_variant", None) or spec.default_variant)
 
 
