@@ -4,15 +4,24 @@
     r = fam.render(messages, tools=None, add_generation_prompt=True, enable_thinking=True)
     r.token_ids, r.u_end, r.p_end, r.checkpoint(unit=64)
 
-Data flows one way: request (``protocol``) -> render (``render``, sandboxed and
-instrumented) -> boundaries (``boundaries``) -> checkpoints (``checkpoints``) -> engine or
-report. ``import boundary`` never imports vllm.
+Data flows one way, and imports follow it (``tests/test_imports.py`` fails on any cycle):
+
+    spec, registry (family.toml data)  ->  request (protocol)  ->  render (render, sandbox,
+    instrumentation, continuation, template_kwargs)  ->  boundaries (boundaries, tokenizer,
+    encoding)  ->  renderer (one pass: ids, U_end, P_end)  ->  checkpoints, retention_policy
+    ->  outputs (codec, reading)  ->  round trip (roundtrip, divergence)  ->  horizon
+    ->  audit / experiment / cache model  ->  cli; integrations/vllm on top.
+
+``Family`` (``boundary.family``) is a thin facade over the renderer that adds sessions and
+the round trip; nothing below it imports it. ``import boundary`` never imports vllm.
 """
 
 from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind, materialize
+from boundary.divergence import Cause
 from boundary.errors import (
     BoundaryError,
+    ModelNotFoundError,
     RenderLimitExceeded,
     RequestError,
     SandboxViolation,
@@ -25,7 +34,7 @@ from boundary.family import Family, FamilySpec, family_names, family_spec, load_
 from boundary.horizon import Horizon, stability_horizon
 from boundary.offsets import Boundary, BoundaryStatus, CharOffset, Span, TokenOffset
 from boundary.outputs import GeneratedOutput, OutputStatus, ParsedOutput, format_output, parse_output
-from boundary.roundtrip import Cause, ClientHabits, RoundTrip, verify_round_trip
+from boundary.roundtrip import ClientHabits, RoundTrip, verify_round_trip
 from boundary.sandbox import RenderLimits
 from boundary.tokenizer import Tokenizer
 
@@ -44,6 +53,7 @@ __all__ = [
     "FamilySpec",
     "GeneratedOutput",
     "Horizon",
+    "ModelNotFoundError",
     "OutputStatus",
     "ParsedOutput",
     "RenderLimitExceeded",

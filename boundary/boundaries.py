@@ -1,5 +1,8 @@
 """A rendered prompt in tokens, with its boundaries: U_end (input end) and P_end (prompt end).
 
+Where it sits: after render (it encodes the ``TextRendering``) and before checkpoints and
+everything that reads ids.
+
 ``encode_rendering`` is the tokenization stage: one encode of the full text (exactly the
 ids ``apply_chat_template(tokenize=True)`` returns), then each char boundary floored to
 the deepest token boundary at or before it.
@@ -96,11 +99,6 @@ def encode_rendering(rendered: TextRendering, tokenizer: Tokenizer) -> Rendering
 # a "\n" that is then dropped (so SentencePiece adds no prefix space).
 CONTROL_START = "\U000f0000"
 CONTROL_END = "\U000f0001"
-
-
-def control_token_pattern(control_tokens: tuple[str, ...]) -> re.Pattern[str]:
-    longest_first = sorted(control_tokens, key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
 
 
 def mark_control_tokens(obj: object, pattern: re.Pattern[str]) -> Any:

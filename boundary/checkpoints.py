@@ -1,5 +1,8 @@
 """Logical checkpoints and where they materialize.
 
+Where it sits: after boundaries: a token position becomes a checkpoint materialized at a unit
+boundary; the round trip, the cache model and the engine read it.
+
 A recurrent state can only be saved where a scheduler step ends, and engines end steps on
 ``prefix_match_unit`` boundaries; so a checkpoint wanted at logical position ``p``
 materializes at ``floor(p / unit) * unit``. Correctness never depends on this placement:

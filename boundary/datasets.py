@@ -1,5 +1,8 @@
 """Real conversations shipped with boundary (see ``fixtures/datasets/README.md``).
 
+Where it sits: input data, before the request stage: conversations the CLI, the audit and the
+tests feed in.
+
 Loaders return plain OpenAI-format message lists; nothing here renders or tokenizes.
 """
 

@@ -1,5 +1,8 @@
 """Encoding text as segments cut at added tokens, and where an encoder may be cut.
 
+Where it sits: below the tokenizer and the render stage: the cut rules and segment encoder that
+``tokenizer`` and ``session`` use.
+
 Both ``tokenizers`` and tiktoken first split text at added (control) tokens and encode each
 piece between them on its own. A *safe cut* is a ``(char, token)`` position of an encoding
 of a text ``T`` (ids ``I``) such that, ``L = CutRule.lookahead``:
@@ -57,7 +60,7 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -259,8 +262,9 @@ def _pre_tokenizer_kinds(pre_tokenizer: Any) -> set[str]:
     return kinds
 
 
-def added_token_pattern(tokens: Mapping[str, int]) -> re.Pattern[str]:
-    """Leftmost-longest match of any added token, as tokenizers' added vocabulary matches."""
+def token_pattern(tokens: Iterable[str]) -> re.Pattern[str]:
+    """Leftmost-longest match of any of ``tokens``, as tokenizers' added vocabulary matches
+    (the one builder for added-token and control-token regexes; never matches when empty)."""
     longest_first = sorted(tokens, key=len, reverse=True)
     return re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
 
@@ -284,7 +288,7 @@ class SegmentEncoder:
     leave ASCII text unchanged (NFC does).
     """
 
-    __slots__ = ("_added", "_normalize", "_pattern", "_pattern_str", "_rank_file", "max_added_len")
+    __slots__ = ("_added", "_normalize", "_pattern", "_pattern_str", "_rank_file")
 
     def __init__(
         self,
@@ -297,9 +301,8 @@ class SegmentEncoder:
         self._rank_file = str(rank_file)
         self._pattern_str = pattern
         self._added = dict(added_tokens)
-        self._pattern = added_token_pattern(self._added)
+        self._pattern = token_pattern(self._added)
         self._normalize = normalize
-        self.max_added_len = max((len(t) for t in self._added), default=0)
 
     def encode(self, text: str) -> tuple[list[int], list[Cut]]:
         bpe = _tiktoken_encoding(self._rank_file, self._pattern_str).encode_ordinary

@@ -1,9 +1,12 @@
 """The exceptions boundary raises, one small tree.
 
+Where it sits: beside every stage: each raises from this one tree; it imports nothing.
+
     BoundaryError                 base; ``location`` names where, ``detail`` says what
     ├── RequestError              bad request input: ``messages[3].tool_call_id: ...``
     ├── TemplateError
     │   ├── TemplateLoadError     a template, family or spec cannot be found or compiled
+    │   │   └── ModelNotFoundError    a model directory or hub id is not there (also FileNotFoundError)
     │   ├── TemplateRenderError   the template raised (``raise_exception``) or failed while rendering
     │   └── SandboxViolation      the template reached for something unsafe
     │       └── RenderLimitExceeded   ... or ran past a render limit (time, loop steps, output size)
@@ -37,6 +40,10 @@ class TemplateLoadError(TemplateError):
     """A template, family spec or model directory cannot be found, read or compiled."""
 
 
+class ModelNotFoundError(TemplateLoadError, FileNotFoundError):
+    """A model directory (or hub id) does not exist, or the hub is offline and has no copy."""
+
+
 class TemplateRenderError(TemplateError):
     """The template raised while rendering; ``detail`` carries the template's own message."""
 
@@ -55,6 +62,7 @@ class TokenizerError(BoundaryError):
 
 __all__ = [
     "BoundaryError",
+    "ModelNotFoundError",
     "RenderLimitExceeded",
     "RequestError",
     "SandboxViolation",

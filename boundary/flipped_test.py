@@ -1,5 +1,8 @@
 """Evaluate an ``{% if %}`` test as the render with the other ``add_generation_prompt`` would.
 
+Where it sits: inside the render stage: ``render`` compiles each flipped test with it; it reads
+nothing downstream.
+
 U_end is where the render with the generation prompt and the render without it first take
 different branches. The renderer evaluates each test once, as the template wrote it; to know
 what the *other* render would decide at the same point, the same test is evaluated again by

@@ -1,7 +1,11 @@
 """Stability horizon: how much of ``prompt + generated`` later requests are predicted to keep.
 
-A prediction from data, with no extra rendering: the family's known history rewrites
-(``history_rewrites`` in ``family.toml``), each with the event that triggers it, applied to
+Where it sits: after the round trip (it reads the parsed turn and the family's output
+format) and before the audit and the experiment, which measure and use it.
+
+A prediction from data, with no extra rendering: the family's history-rewrite rule table
+(``history_rewrites`` in ``family.toml``, one ``HistoryRewrite`` row each: its trigger, the
+part it re-writes and where the newest turn stops being kept), applied by one generic rule to
 the request's rendered turns and the parsed generated turn. For example Qwen3.5 drops the
 think blocks of the assistant turns after the last user query once a new user message
 arrives, so its horizon is the start of the first such turn: the end of that user turn.
@@ -15,31 +19,19 @@ triggered by the date or by a change of tools are not position limits; they are 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
 
+from boundary.boundaries import Rendering
 from boundary.offsets import BoundaryStatus, CharOffset
-from boundary.outputs import ParsedOutput, RegionKind, output_format
+from boundary.outputs import OutputFormat, ParsedOutput, RegionKind, output_format
 from boundary.outputs.formats.xml_calls import PARAMETERS, written_parameters
 from boundary.outputs.reasoning import Prefill
+from boundary.renderer import Renderer
 from boundary.roundtrip import DEFAULT_HABITS, ClientHabits, control_ids, trailing_controls
+from boundary.spec import HistoryRewrite, RewritePart
 
-if TYPE_CHECKING:
-    from boundary.boundaries import Rendering
-    from boundary.family import Family, HistoryRewrite
-
-DEFAULT_TRIGGER = {
-    "drop_reasoning_before_last_user": "new_user_message",
-    "drop_all_reasoning": "next_request",
-    "empty_think_block": "new_user_message",
-    "reserialize_tool_arguments": "next_request",
-    "default_system_prompt": "tools_change",
-    "date_in_system_prompt": "new_day",
-    "rewrite_stop_token": "next_request",
-    "reorder_channels": "next_request",
-    "tools_before_last_user": "new_user_message",
-}
 _CONDITIONS = {"new_day": "the date stays the same", "tools_change": "the tools stay the same"}
 
 
@@ -65,10 +57,11 @@ class Horizon:
 
 
 def trigger_of(rewrite: HistoryRewrite) -> str:
-    return rewrite.trigger or DEFAULT_TRIGGER[rewrite.kind]
+    """The event that triggers ``rewrite`` (a column of the rule table)."""
+    return rewrite.trigger
 
 
-def active_rewrites(family: Family, template_kwargs: Mapping[str, Any]) -> list[HistoryRewrite]:
+def active_rewrites(family: Renderer, template_kwargs: Mapping[str, Any]) -> list[HistoryRewrite]:
     """The family's rewrites that the template kwargs do not switch off."""
     spec = family.spec
 
@@ -86,7 +79,7 @@ def active_rewrites(family: Family, template_kwargs: Mapping[str, Any]) -> list[
 class _Positions:
     """Char positions in ``prompt.text + generated text`` -> token positions."""
 
-    def __init__(self, family: Family, prompt: Rendering, generated: Sequence[int]) -> None:
+    def __init__(self, family: Renderer, prompt: Rendering, generated: Sequence[int]) -> None:
         self.family, self.prompt, self.generated = family, prompt, generated
         self._ends: list[int] | None = None
 
@@ -105,8 +98,117 @@ class _Positions:
         return len(self.prompt.token_ids) + sum(1 for e in self._ends if e <= g)
 
 
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """What the rule table is applied to: the request's messages and the generated turn.
+    ``u_char`` / ``p_char``: U_end and P_end in characters; ``think_at``: where this turn's
+    reasoning begins (None: it has no think block)."""
+
+    messages: Sequence[Mapping[str, Any]]
+    parsed: ParsedOutput
+    fmt: OutputFormat
+    habits: ClientHabits
+    starts: tuple[int | None, ...]
+    reasoning_field: str
+    u_char: int
+    p_char: int
+    think_at: int | None
+
+    @property
+    def calls(self) -> bool:
+        return bool(self.parsed.tool_calls)
+
+    def last(self, role_test: Callable[[Mapping[str, Any]], bool]) -> int:
+        return max((i for i, m in enumerate(self.messages) if role_test(m)), default=-1)
+
+    def turn_start(self, i: int) -> int | None:
+        return self.starts[i] if 0 <= i < len(self.starts) else None
+
+    def has_reasoning(self, m: Mapping[str, Any]) -> bool:
+        content = m.get("content")
+        field = m.get(self.reasoning_field) or m.get("reasoning_content") or m.get("reasoning")
+        close = self.fmt.think.close_tag if self.fmt.think is not None else None
+        return bool(field) or (close is not None and isinstance(content, str) and close in content)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cut:
+    """Where a rewrite starts: a char position, and whether it lies inside a turn (where the
+    whitespace just before it may merge with what the rewrite puts there)."""
+
+    char: int | None
+    in_turn: bool = True
+    detail: str = ""
+
+
+# -- the rule table's columns, as generic code -------------------------------------------------
+
+_SINCE: dict[str, Callable[[_Turn], int]] = {  # which earlier turns a trigger reaches
+    "new_user_message": lambda t: t.last(lambda m: m.get("role") == "user"),
+    "final_answer": lambda t: t.last(lambda m: m.get("role") == "assistant" and not m.get("tool_calls")),
+}
+
+_IN_HISTORY: dict[RewritePart, Callable[[_Turn, Mapping[str, Any]], bool]] = {  # an earlier turn holds it
+    "reasoning": lambda t, m: t.has_reasoning(m),
+    "think_block": lambda t, m: True,
+    "empty_think_block": lambda t, m: not t.has_reasoning(m),
+    "analysis": lambda t, m: bool(m.get("tool_calls")) and (t.has_reasoning(m) or bool(m.get("content"))),
+    "arguments": lambda t, m: bool(m.get("tool_calls")),
+    "tool_call_header": lambda t, m: bool(m.get("tool_calls")),
+}
+
+
+def _this_turn(t: _Turn, part: RewritePart) -> _Cut | None:
+    """Where ``part`` starts in the newest turn (None: the turn does not hold it)."""
+    parsed, think_at = t.parsed, t.think_at
+    if part == "reasoning":
+        return _Cut(think_at) if parsed.reasoning else None
+    if part == "think_block":
+        held = think_at is not None and (parsed.reasoning or t.fmt.think is not None)
+        return _Cut(think_at) if held else None
+    if part == "empty_think_block":
+        return _Cut(think_at) if think_at is not None and not parsed.reasoning else None
+    if part == "analysis" and t.calls and (parsed.reasoning or parsed.content):
+        return _Cut(think_at if parsed.reasoning else t.p_char)
+    if part == "arguments" and t.calls:
+        at = _first_rewritten_arguments(parsed, t.fmt, t.habits)
+        return _Cut(t.p_char + at) if at is not None else None
+    if part == "tool_call_header" and t.calls:
+        region = parsed.region(RegionKind.TOOL_CALL)
+        return _Cut(t.p_char + region.start) if region is not None else None
+    if part == "tool_list":
+        last_user = _SINCE["new_user_message"](t)
+        return _Cut(t.turn_start(last_user), in_turn=False) if last_user >= 0 else None
+    return None  # stop_token, system_prompt: not position limits of their own
+
+
+def _turn_matches(rewrite: HistoryRewrite, tool_calls: bool) -> bool:
+    return rewrite.turns == "any" or (rewrite.turns == "tool_calls") == tool_calls
+
+
+def _rewrite_cut(t: _Turn, rewrite: HistoryRewrite) -> _Cut | None:
+    """Where ``rewrite`` first changes ``prompt + generated``, and why: the first earlier turn
+    its trigger reaches that holds the part, else the newest turn when it holds it."""
+    since = _SINCE.get(rewrite.trigger)
+    in_history = _IN_HISTORY.get(rewrite.part)
+    if since is not None and in_history is not None:
+        for i in range(since(t) + 1, len(t.messages)):
+            m = t.messages[i]
+            matches = _turn_matches(rewrite, bool(m.get("tool_calls")))
+            if m.get("role") == "assistant" and matches and in_history(t, m):
+                return _Cut(t.turn_start(i), False, f"messages[{i}]: {rewrite.doc}")
+    if not _turn_matches(rewrite, t.calls):
+        return None
+    cut = _this_turn(t, rewrite.part)
+    if cut is None:
+        return None
+    if rewrite.limit == "turn_start":
+        return _Cut(t.u_char, False, f"this turn: {rewrite.doc}")
+    return replace(cut, detail=f"this turn: {rewrite.doc}")
+
+
 def stability_horizon(
-    family: Family,
+    family: Renderer,
     prompt: Rendering,
     generated: Sequence[int],
     parsed: ParsedOutput,
@@ -119,124 +221,55 @@ def stability_horizon(
     """Predict the horizon of one turn. ``messages`` are the request's messages (as sent, or
     as ``Family.prepare`` gives them), indexed like ``prompt.message_starts``."""
     fmt = output_format(family, variant)
-    kwargs = dict(template_kwargs or {})
-    pos = _Positions(family, prompt, generated)
     p_char = len(prompt.text)
     u_char = prompt.input_end.char if prompt.input_end.status is BoundaryStatus.FOUND else p_char
     assert u_char is not None
-    reasoning_field = family.spec.reasoning_field
-    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=-1)
-    calls = bool(parsed.tool_calls)
-    reasoning_region = parsed.region(RegionKind.REASONING)
-    think_at = _think_start(prompt, fmt, u_char, p_char, reasoning_region)
-
-    def turn_start(i: int) -> int | None:
-        starts = prompt.message_starts
-        return starts[i] if i < len(starts) else None
-
-    def has_reasoning(m: Mapping[str, Any]) -> bool:
-        content = m.get("content")
-        field = m.get(reasoning_field) or m.get("reasoning_content") or m.get("reasoning")
-        return bool(field) or (isinstance(content, str) and "</think>" in content)
-
-    limits: list[HorizonLimit] = []
-    holds: list[str] = []
-
+    think_at = _think_start(prompt, fmt, u_char, p_char, parsed.region(RegionKind.REASONING))
+    turn = _Turn(
+        messages,
+        parsed,
+        fmt,
+        habits,
+        prompt.message_starts,
+        family.spec.reasoning_field,
+        u_char,
+        p_char,
+        think_at,
+    )
+    pos = _Positions(family, prompt, generated)
     text = prompt.text + parsed.text
+    limits: list[HorizonLimit] = []
 
-    def limit_at(char: int | None, kind: str, detail: str, *, in_turn: bool = True) -> None:
-        """A limit at ``char``; inside a turn, whitespace just before it may merge (BPE) with
+    def limit_at(cut: _Cut, kind: str) -> None:
+        """A limit at ``cut``; inside a turn, whitespace just before it may merge (BPE) with
         whatever the rewrite puts there, so the limit steps back over that token."""
-        if char is None:
+        if cut.char is None:
             return
-        token = pos.token(char)
-        if in_turn and 0 < char <= len(text) and text[char - 1].isspace():
+        token = pos.token(cut.char)
+        if cut.in_turn and 0 < cut.char <= len(text) and text[cut.char - 1].isspace():
             token = max(0, token - 1)
-        limits.append(HorizonLimit(token, kind, detail))
+        limits.append(HorizonLimit(token, kind, cut.detail))
 
-    for rewrite in active_rewrites(family, kwargs):
-        trigger = trigger_of(rewrite)
-        if trigger in _CONDITIONS:
-            holds.append(_CONDITIONS[trigger])
-            continue
-        turn_matches = rewrite.turns == "any" or (rewrite.turns == "tool_calls") == calls
-        kind = rewrite.kind
-        if kind in ("drop_reasoning_before_last_user", "empty_think_block") and trigger == "new_user_message":
-            needs_reasoning = kind == "drop_reasoning_before_last_user"
-            for i in range(last_user + 1, len(messages)):
-                m = messages[i]
-                if m.get("role") == "assistant" and (has_reasoning(m) or not needs_reasoning):
-                    limit_at(
-                        turn_start(i),
-                        kind,
-                        f"messages[{i}] loses its think block once a new user message arrives",
-                        in_turn=False,
-                    )
-                    break
-            else:
-                if parsed.reasoning or (not needs_reasoning and think_at is not None):
-                    limit_at(
-                        u_char,
-                        kind,
-                        "this turn loses its think block once a new user message arrives",
-                        in_turn=False,
-                    )
-        elif kind == "drop_all_reasoning" and trigger == "final_answer":
-            # a tool-call turn's analysis (its reasoning, or its content where the format writes
-            # content there) stays until a final answer follows it
-            last_final = max(
-                (
-                    i
-                    for i, m in enumerate(messages)
-                    if m.get("role") == "assistant" and not m.get("tool_calls")
-                ),
-                default=-1,
-            )
-            for i in range(last_final + 1, len(messages)):
-                m = messages[i]
-                if (
-                    m.get("role") == "assistant"
-                    and m.get("tool_calls")
-                    and (has_reasoning(m) or m.get("content"))
-                ):
-                    limit_at(
-                        turn_start(i),
-                        kind,
-                        f"messages[{i}] loses its analysis once a final answer follows",
-                        in_turn=False,
-                    )
-                    break
-            else:
-                if calls and (parsed.reasoning or parsed.content):
-                    limit_at(
-                        think_at if parsed.reasoning else p_char,
-                        kind,
-                        "this turn loses its analysis once a final answer follows",
-                    )
-        elif kind == "drop_all_reasoning" and turn_matches and think_at is not None:
-            if parsed.reasoning or fmt.think is not None:
-                limit_at(think_at, kind, "this turn's reasoning is not rendered in history")
-        elif kind == "empty_think_block" and turn_matches and not parsed.reasoning and think_at is not None:
-            limit_at(think_at, kind, "this turn's empty think block is re-written in history")
-        elif kind == "tools_before_last_user" and last_user >= 0:
-            limit_at(
-                turn_start(last_user), kind, "the tool list moves to the next user message", in_turn=False
-            )
-        elif kind == "reserialize_tool_arguments" and calls:
-            at = _first_rewritten_arguments(parsed, fmt, habits)
-            if at is not None:
-                limit_at(p_char + at, kind, "this turn's tool-call arguments are re-written in history")
-        elif kind == "reorder_channels" and calls:
-            region = parsed.region(RegionKind.TOOL_CALL)
-            if region is not None:
-                limit_at(p_char + region.start, kind, "this turn's tool-call header is re-ordered in history")
+    rewrites = active_rewrites(family, dict(template_kwargs or {}))
+    holds = [_CONDITIONS[r.trigger] for r in rewrites if r.trigger in _CONDITIONS]
+    for rewrite in rewrites:
+        cut = None if rewrite.trigger in _CONDITIONS else _rewrite_cut(turn, rewrite)
+        if cut is not None:
+            limit_at(cut, rewrite.kind)
     if parsed.reasoning and not habits.echo_reasoning:
-        limit_at(think_at, "client_drops_reasoning", "the client does not send reasoning_content back")
+        limit_at(
+            _Cut(think_at, True, "the client does not send reasoning_content back"), "client_drops_reasoning"
+        )
     limits += _token_effects(family, prompt, generated, parsed)
 
     trailing = trailing_controls(generated, control_ids(family, fmt))
-    rewritten_stop = any(r.kind == "rewrite_stop_token" for r in active_rewrites(family, kwargs))
+    rewritten_stop = any(r.part == "stop_token" for r in rewrites)
     kept = len(prompt.token_ids) + len(generated) - (trailing if rewritten_stop else 0)
+    return _horizon(kept, limits, holds)
+
+
+def _horizon(kept: int, limits: list[HorizonLimit], holds: list[str]) -> Horizon:
+    """The shallowest of ``limits`` and the ``kept`` length of ``prompt + generated``."""
     shallowest = min(limits, key=lambda lim: lim.position, default=None)
     position = min(kept, shallowest.position) if shallowest else kept
     return Horizon(
@@ -247,7 +280,7 @@ def stability_horizon(
     )
 
 
-def _think_start(prompt: Rendering, fmt: Any, u_char: int, p_char: int, region: Any) -> int | None:
+def _think_start(prompt: Rendering, fmt: OutputFormat, u_char: int, p_char: int, region: Any) -> int | None:
     """Where this turn's reasoning begins: the pre-filled open tag, or the written one."""
     if fmt.harmony:
         return p_char + region.start if region is not None else None
@@ -259,17 +292,17 @@ def _think_start(prompt: Rendering, fmt: Any, u_char: int, p_char: int, region: 
     return p_char + region.start if region is not None else None
 
 
-def _first_rewritten_arguments(parsed: ParsedOutput, fmt: Any, habits: ClientHabits) -> int | None:
+def _first_rewritten_arguments(parsed: ParsedOutput, fmt: OutputFormat, habits: ClientHabits) -> int | None:
     """Where the first tool call whose written arguments a template re-writes starts: JSON
     arguments that ``tojson`` writes differently (unless the client sends them back as
     written); XML values that are JSON other than a string (a client that types them by the
     tool's schema sends them back as values, and the template writes ``tojson`` or ``str()``)."""
-    xml = fmt.syntax is not None and fmt.syntax.name in PARAMETERS
+    xml = fmt.syntax.name if fmt.syntax is not None and fmt.syntax.name in PARAMETERS else None
     for region in parsed.regions:
         if region.kind is not RegionKind.ARGUMENTS:
             continue
-        if xml:
-            values = written_parameters(fmt.syntax.name, parsed.text[region.start : region.end])
+        if xml is not None:
+            values = written_parameters(xml, parsed.text[region.start : region.end])
             if any(_retyped(raw) for _, raw in values):
                 return region.start
             continue
@@ -290,7 +323,7 @@ def _retyped(raw: str) -> bool:
 
 
 def _token_effects(
-    family: Family, prompt: Rendering, generated: Sequence[int], parsed: ParsedOutput
+    family: Renderer, prompt: Rendering, generated: Sequence[int], parsed: ParsedOutput
 ) -> list[HorizonLimit]:
     """BPE merging across the prompt / generation boundary, and ids that are not the
     tokenizer's own encoding of the generated text (a re-render encodes the text)."""

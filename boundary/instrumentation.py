@@ -1,5 +1,8 @@
 """Rewrite a chat template's Jinja AST so that one render also reports where things are.
 
+Where it sits: inside the render stage, before ``render``: it rewrites the template's AST once
+per compile.
+
 The invariant: **removing what the rewrite adds gives transformers' output, byte for byte,
 for every template transformers renders.** The rewrite never evaluates template code twice
 and never puts a mark where template code could observe it:

@@ -1,5 +1,7 @@
 """Positions in a rendered prompt.
 
+Where it sits: the bottom, with ``errors``: position types read by every stage from render on.
+
 Every span is half-open ``[start, end)``. Character and token positions are distinct
 types so a char offset cannot be passed where a token offset is meant.
 """

@@ -1,5 +1,8 @@
 """Longest common prefixes of texts and token-id sequences.
 
+Where it sits: the bottom: the one longest-common-prefix function, used by sessions, the round
+trip, the audit and the cache model.
+
 A bisection over slice comparisons: O(log n) comparisons, each done in C, and no per-item
 Python work. ``packed`` turns ids into bytes once, for sequences compared many times.
 """

@@ -1,5 +1,8 @@
 """Typed OpenAI-style chat requests, validated one message at a time.
 
+Where it sits: the first stage, request: what the render stage takes; it imports only
+``errors``.
+
 Validation, normalization and rendering are separate stages: ``parse_messages`` /
 ``parse_tools`` turn untrusted input into models (or raise ``RequestError`` naming the
 message index and field), and ``to_template_messages`` / ``to_template_tools`` turn models
@@ -315,7 +318,7 @@ def _location(prefix: str, loc: Sequence[int | str]) -> str:
 _BRANCH = re.compile(r"^(str|int|float|bool|none|[A-Z]\w*|\w+\[.*\])$")
 
 
-def _first_error(prefix: str, exc: ValidationError, *, skip_tag: bool) -> RequestError:
+def first_error(prefix: str, exc: ValidationError, *, skip_tag: bool) -> RequestError:
     """The most specific error, located as the user wrote the request (union branch labels
     such as ``str`` or ``list[TextPart]`` dropped)."""
     errors = exc.errors(include_url=False)
@@ -413,7 +416,7 @@ def parse_messages(
         try:
             message = _MESSAGE.validate_python(dict(raw))
         except ValidationError as exc:
-            raise _first_error(prefix, exc, skip_tag=True) from None
+            raise first_error(prefix, exc, skip_tag=True) from None
         if strict and (unexpected := _unexpected(message, prefix)) is not None:
             raise unexpected
         if isinstance(message, AssistantMessage):
@@ -444,7 +447,7 @@ def parse_tools(
         try:
             tool = _TOOL.validate_python(raw)
         except ValidationError as exc:
-            raise _first_error(f"tools[{i}]", exc, skip_tag=False) from None
+            raise first_error(f"tools[{i}]", exc, skip_tag=False) from None
         if strict and (unexpected := _unexpected(tool, f"tools[{i}]")) is not None:
             raise unexpected
         parsed.append(tool)

@@ -1,5 +1,8 @@
 """Render a chat template once, sandboxed, and read the marks the instrumentation left.
 
+Where it sits: the render stage, after the request stage and before boundaries: text and char
+positions, no tokens.
+
 ``compile_template`` parses, instruments and compiles a template source (cached by source
 and limits). ``render_text`` renders it and returns the text exactly as transformers'
 ``apply_chat_template`` would, together with character positions of the history end

@@ -1,5 +1,8 @@
 """Where the shipped data lives: ``templates/``, ``vocabularies/`` and ``datasets/``.
 
+Where it sits: loading, before the data flow: the registry and the tokenizer read shipped files
+through it.
+
 An installed wheel carries them under ``boundary/_data/``; a source checkout (editable
 install) has them beside the package. Nothing here ever reads outside those two places.
 """

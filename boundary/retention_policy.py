@@ -1,5 +1,8 @@
 """The retention policy: which recurrent-state checkpoints one request leaves behind.
 
+Where it sits: after checkpoints: it decides which states a request leaves; the cache model and
+the vLLM plugin both execute its decisions.
+
 One decision, executed by two engines: the cache model of the experiment
 (``boundary.cache``) and the vLLM plugin (``boundary_vllm``). Given a request's boundaries,
 the round-trip verdict, the stability horizon and the engine geometry, ``decide`` returns the

@@ -1,5 +1,8 @@
 """Session-incremental rendering: per-turn cost proportional to what changed.
 
+Where it sits: after the renderer (``boundary.renderer``), whose results it reproduces
+incrementally; the ``Family`` facade offers it.
+
 A serving frontend renders every turn of a conversation, and each request repeats the whole
 history. ``Session.render`` gives exactly what ``Family.render`` gives for the same request,
 but only validates the messages it has not seen and only tokenizes the text after the last
@@ -24,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -41,10 +44,7 @@ from boundary.protocol import (
     parse_tools,
     to_template_tools,
 )
-
-if TYPE_CHECKING:
-    from boundary.family import Family
-
+from boundary.renderer import Renderer, check_arguments
 
 _UNSET = object()
 
@@ -66,7 +66,7 @@ class Session:
     new message), so callers may pass freshly parsed dicts every turn.
     """
 
-    def __init__(self, family: Family) -> None:
+    def __init__(self, family: Renderer) -> None:
         self.family = family
         self.stats = SessionStats()
         self._seen: list[Any] = []  # copies of the messages last given
@@ -96,6 +96,7 @@ class Session:
     ) -> Rendering:
         """Same signature and result as ``Family.render``."""
         fam = self.family
+        check_arguments(arguments)
         normalized = self._prepare(messages, arguments or fam.tool_arguments(variant), strict_request)
         if strict_request or self._tools_raw is _UNSET or tools != self._tools_raw:
             self._tools = to_template_tools(parse_tools(tools, strict=strict_request))
@@ -130,7 +131,7 @@ class Session:
         text = rendered.text
         ids, token_map = self._encode(text)
         result = assemble(rendered, text, ids, token_map, lambda c: c)
-        _, ignored = fam.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs)
+        ignored = fam.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs).ignored
         return replace(result, ignored_template_kwargs=ignored) if ignored else result
 
     def _prepare(
@@ -187,7 +188,7 @@ class SessionCache:
     """Sessions by id; at most ``capacity`` are kept and the least recently used is dropped
     first. Memory per session is one conversation's text, ids and cuts."""
 
-    def __init__(self, family: Family, capacity: int = 1024) -> None:
+    def __init__(self, family: Renderer, capacity: int = 1024) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.family = family

@@ -1,5 +1,8 @@
 """Vocabularies: loading them from anything a user has, and encoding with char offsets.
 
+Where it sits: below the render stage's encoding step (``boundaries``) and beside the registry,
+which builds shipped tokenizers with it.
+
 ``Tokenizer`` wraps a ``tokenizers.Tokenizer`` (the same object transformers' fast
 tokenizers run on) together with the special-token variables that chat templates read
 (``bos_token``, ``eos_token``, ...). It encodes exactly as ``apply_chat_template`` does
@@ -35,15 +38,6 @@ from boundary.errors import TokenizerError
 from boundary.offsets import CharOffset, OffsetsTokenMap, TokenMap, TokenOffset
 from boundary.resources import cache_dir, data_dir
 
-SPECIAL_TOKEN_VARIABLES = (
-    "bos_token",
-    "eos_token",
-    "unk_token",
-    "sep_token",
-    "pad_token",
-    "cls_token",
-    "mask_token",
-)
 _CONVERSION_VERSION = "1"  # bump when the conversion below changes
 
 
@@ -119,7 +113,6 @@ class Tokenizer:
         self.chat_control_tokens = tuple(chat_control_tokens) if chat_control_tokens is not None else None
         added = self.added_tokens().values()
         self.added_ids = frozenset(self.backend.token_to_id(t.content) for t in added)
-        self.max_added_len = max((len(t.content) for t in added), default=0)
         self.cut_rule: CutRule = cut_rule(self.backend)
         self._rank_file, self._split_pattern = rank_file, split_pattern
         self.segments = _segment_encoder(self.backend, rank_file, split_pattern, self.cut_rule)
@@ -147,9 +140,6 @@ class Tokenizer:
         if self.segments is not None:
             return self.segments.encode(text)[0]
         return self.backend.encode(text, add_special_tokens=False).ids
-
-    def encode_ids_batch(self, texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in self.backend.encode_batch(texts, add_special_tokens=False)]
 
     def encode_as_text(self, text: str) -> Encoded:
         """Encode with no added token matched, special or not, as transformers'

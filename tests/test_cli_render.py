@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -12,8 +15,9 @@ from boundary.cli.main import main
 def test_render_shows_the_default_conversation_with_both_boundaries(capsys, tmp_path) -> None:
     out = tmp_path / "r.json"
     assert main(["render", "--json", str(out)]) == 0
-    err = capsys.readouterr().err
-    assert "⟦U_end token" in err and "⟦P_end token" in err
+    captured = capsys.readouterr()
+    assert "⟦U_end token" in captured.out and "⟦P_end token" in captured.out  # the result: stdout
+    assert captured.err == ""
     result = json.loads(out.read_text())
     assert result["family"] == "qwen3_5"
     assert 0 < result["u_end"] < result["p_end"] == len(result["token_ids"])
@@ -41,6 +45,42 @@ def test_render_reads_a_conversation_file_and_template_kwargs(capsys, tmp_path) 
     )
     result = json.loads(capsys.readouterr().out)
     assert result["family"] == "nemotron_3"
+
+
+def test_render_keeps_stdout_for_the_json_record_when_it_goes_there(capsys) -> None:
+    assert main(["render", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["family"] == "qwen3_5"  # stdout is the JSON record alone
+    assert "⟦U_end token" in captured.err
+
+
+def test_python_dash_m_boundary_renders_the_prompt_to_stdout(tmp_path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "boundary", "render", "--context", "40"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith("tokens '<|im_start|>assistant\\n<think>\\n'")
+    assert "⟦P_end token 4117⟧" in done.stdout
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("option", "expected"),
+    [
+        (["--unit", "0"], "--unit must be at least 1, got 0"),
+        (["--context", "-1"], "--context must be at least 0, got -1"),
+        (["--template-kwargs", "[1]"], "--template-kwargs: expected a JSON object, got list"),
+    ],
+)
+def test_render_checks_its_options_before_loading_anything(capsys, option, expected) -> None:
+    assert main(["render", "--family", "nope", *option]) == 2  # the option, not the family, is named
+    assert capsys.readouterr().err.strip() == f"boundary render: error: {expected}"
 
 
 def test_bad_input_exits_nonzero_with_a_one_line_message(capsys, tmp_path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 from functools import cache
 from typing import Any
 
@@ -110,6 +111,77 @@ def test_from_pretrained_without_a_template_is_a_load_error(tmp_path) -> None:
     (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "PreTrainedTokenizerFast"}')
     with pytest.raises(boundary.TemplateLoadError, match="no chat template"):
         boundary.Family.from_pretrained(tmp_path)
+
+
+def test_from_pretrained_on_a_missing_directory_names_the_path(tmp_path) -> None:
+    missing = tmp_path / "models" / "Qwen3.5-35B-A3B"
+    for given in (missing, str(missing)):
+        with pytest.raises(FileNotFoundError) as caught:
+            boundary.Family.from_pretrained(given)
+        assert isinstance(caught.value, boundary.TemplateLoadError)
+        assert str(caught.value) == f"{missing}: no such model directory"
+
+
+def test_from_pretrained_on_a_file_says_it_is_not_a_directory(tmp_path) -> None:
+    path = tmp_path / "tokenizer.json"
+    path.write_text("{}", encoding="utf-8")
+    with pytest.raises(boundary.ModelNotFoundError, match=r"tokenizer\.json: not a directory$"):
+        boundary.Family.from_pretrained(path)
+
+
+def test_from_pretrained_on_a_hub_id_fails_at_once_while_offline(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
+    monkeypatch.chdir(tmp_path)
+    import transformers  # importing it is slow and is not what is timed
+
+    assert transformers.AutoTokenizer
+    started = time.monotonic()
+    with pytest.raises(boundary.ModelNotFoundError) as caught:
+        boundary.Family.from_pretrained("acme/no-such-model")
+    assert time.monotonic() - started < 10  # no retries (the hub client retries for ~52 s)
+    assert str(caught.value) == (
+        "acme/no-such-model: not a local directory, not in the hub cache, "
+        "and the hub is offline or unreachable"
+    )
+
+
+def test_from_pretrained_on_a_hub_id_fails_at_once_when_the_hub_is_unreachable(tmp_path, monkeypatch) -> None:
+    import socket
+
+    def unreachable(address, timeout=None):
+        raise OSError(f"no route to {address[0]}")
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    monkeypatch.setattr(socket, "create_connection", unreachable)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(boundary.ModelNotFoundError, match=r"hub is offline or unreachable$"):
+        boundary.Family.from_pretrained("acme/no-such-model")
+
+
+def test_from_template_with_a_syntax_error_fails_when_made() -> None:
+    broken = "{% for m in messages %}{{ m.content }}"  # no endfor
+    with pytest.raises(
+        boundary.TemplateLoadError, match=r"^template:1: syntax error: Unexpected end of template"
+    ):
+        boundary.Family.from_template(broken, family("qwen3").tokenizer)
+
+
+def test_an_unknown_arguments_form_is_a_request_error_listing_the_allowed_ones() -> None:
+    fam = family("qwen3")
+    messages = [{"role": "user", "content": "hi"}]
+    with pytest.raises(boundary.RequestError) as caught:
+        fam.render(messages, arguments="bogus")
+    assert str(caught.value) == "arguments: expected one of 'object', 'string', got 'bogus'"
+    sessions = fam.sessions()
+    sessions.render("c1", messages)
+    with pytest.raises(boundary.RequestError, match=r"^arguments: expected one of"):
+        sessions.render("c1", messages, arguments="bogus")  # nothing new to normalize: still refused
+    with pytest.raises(boundary.RequestError, match=r"^arguments: expected one of"):
+        fam.render([{"role": "user", "content": 3}], arguments="bogus")  # the option is checked first
+    assert fam.render(messages, arguments="string").text == fam.render(messages).text
 
 
 def test_from_template_accepts_a_transformers_tokenizer() -> None:

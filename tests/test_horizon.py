@@ -12,7 +12,8 @@ import pytest
 from boundary.errors import RequestError, TemplateRenderError
 from boundary.horizon import stability_horizon
 from boundary.outputs import format_output, parse_output
-from boundary.roundtrip import ClientHabits, common_prefix
+from boundary.prefixes import common_prefix_length as common_prefix
+from boundary.roundtrip import ClientHabits
 from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases, reference_tokenizer
 
 CASES = {c["name"]: c for c in fixture_cases()}

@@ -25,7 +25,8 @@ from boundary.checkpoints import CheckpointKind
 from boundary.errors import TemplateRenderError
 from boundary.family import family_spec
 from boundary.outputs import OutputStatus, format_output, output_format
-from boundary.roundtrip import Cause, ClientHabits, Tail, common_prefix, verify_round_trip
+from boundary.prefixes import common_prefix_length as common_prefix
+from boundary.roundtrip import Cause, ClientHabits, Tail, verify_round_trip
 from tests.support import (
     FIXED_NOW,
     family,

@@ -1,4 +1,7 @@
-"""The audit report as Markdown: the reuse table, causes, producer ages, horizon, what-ifs."""
+"""The audit report as Markdown: the reuse table, causes, producer ages, horizon, what-ifs.
+
+Where it sits: the end of the audit: it formats ``records`` for people; nothing reads it back.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The audit as a PNG: reuse rate and mean reused tokens per checkpoint kind, for the trace as
-given and for each what-if re-run."""
+given and for each what-if re-run.
+
+Where it sits: the end of the audit: it draws ``records``; nothing reads it back.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """The audit's report, as it is written to JSON: per-turn records, the summary, what-if runs.
 
+Where it sits: the audit's output schema, read by ``markdown``, ``plot`` and the CLI; it
+imports nothing of the data flow.
+
 Checkpoint kinds are named ``prompt_end`` (P_end), ``input_end`` (U_end), ``decode_end`` (D_end).
 Positions are token offsets; ``position`` is where a checkpoint materializes for the unit.
 """

@@ -1,5 +1,8 @@
 """Template regression: re-render a golden corpus and report any drift.
 
+Where it sits: beside the audit: it renders (family, render, boundaries) and compares with
+golden files.
+
 A golden directory holds one folder per case, ``<family>-<case>/``, with ``case.json`` (the
 family, variant, template kwargs, pinned date, conversation and tools) and ``expected.json``
 (per turn: the prompt's digest, length, U_end, P_end and generation suffix; the generated

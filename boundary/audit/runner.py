@@ -2,6 +2,9 @@
 why D_end does not round-trip, the deepest earlier checkpoint each request can resume from,
 and whether the predicted stability horizon held.
 
+Where it sits: after render, boundaries, outputs, round trip and horizon, which it runs per
+turn; the CLI and ``whatif`` call it.
+
 Each request is rendered once; its rendering is both its own prompt and the next request
 that the previous turn is checked against (``boundary.roundtrip.check_continuation``).
 """

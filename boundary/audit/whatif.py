@@ -1,6 +1,8 @@
 """What-if re-runs: a template option or a client habit that would make D_end round-trip,
 measured by running the trace again with it.
 
+Where it sits: after the audit runner, whose runs it repeats with one setting changed.
+
 Template options come from the family's history rewrites (``unless`` kwargs that switch a
 rewrite off, e.g. Qwen3.6 ``preserve_thinking``). Client habits rewrite the trace the way
 such a client would have sent it: later requests carry the turn as the model wrote it.
@@ -74,24 +76,9 @@ def _as_written(
 def candidates(family: Family, settings: AuditSettings, run: AuditRun) -> list[WhatIf]:
     """The options and habits worth a re-run for this family and trace (none for a production
     trace: its token ids are replayed as recorded, no option or habit changes them)."""
-    out: list[WhatIf] = []
     if run.production:
-        return out
-    seen: set[tuple[str, Any]] = set()
-    for rewrite in family.spec.history_rewrites:
-        for key, value in rewrite.unless.items():
-            if (key, value) in seen or settings.template_kwargs.get(key) == value:
-                continue
-            seen.add((key, value))
-            out.append(
-                WhatIf(
-                    name=f"{key}={value}",
-                    kind="template_option",
-                    setting={key: value},
-                    doc=f"switches off: {rewrite.doc}",
-                    applicable=True,
-                )
-            )
+        return []
+    out = _template_options(family, settings)
     reasoning = any(m.get("reasoning_content") for m in run.parsed.values())
     calls = any(m.get("tool_calls") for m in run.parsed.values())
     if reasoning and not settings.habits.echo_reasoning:
@@ -135,6 +122,28 @@ def candidates(family: Family, settings: AuditSettings, run: AuditRun) -> list[W
                 applicable=True,
             )
         )
+    return out
+
+
+def _template_options(family: Family, settings: AuditSettings) -> list[WhatIf]:
+    """The template kwargs that switch off one of the family's history rewrites (its
+    ``unless`` column), each once, unless the run already sets it."""
+    out: list[WhatIf] = []
+    seen: set[tuple[str, Any]] = set()
+    for rewrite in family.spec.history_rewrites:
+        for key, value in rewrite.unless.items():
+            if (key, value) in seen or settings.template_kwargs.get(key) == value:
+                continue
+            seen.add((key, value))
+            out.append(
+                WhatIf(
+                    name=f"{key}={value}",
+                    kind="template_option",
+                    setting={key: value},
+                    doc=f"switches off: {rewrite.doc}",
+                    applicable=True,
+                )
+            )
     return out
 
 

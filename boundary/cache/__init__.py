@@ -1,5 +1,8 @@
 """A faithful model of a hybrid prefix cache in vLLM 0.33.0 align mode.
 
+Where it sits: after checkpoints and the retention policy, whose decisions it executes; the
+experiment drives it.
+
 Attention KV in blocks found by chained prefix ids at ``prefix_match_unit``; recurrent states
 only where retained (``prefix_cache_retention_interval=0``: the states the retention policy
 ``boundary.retention_policy`` decides, P_end's block twin among them, and reactive shared-prefix
@@ -29,11 +32,11 @@ from boundary.cache.accounting import (
     minimum_block_size,
 )
 from boundary.cache.chunking import prefill_chunk_ends
+from boundary.cache.entry import Entry, EntryKind
 from boundary.cache.eviction import LRU, EvictionPolicy
 from boundary.cache.hashing import PrefixHasher, PrefixId, PrefixReuse
 from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPrefixCache
 from boundary.cache.lookup import Hit, find_joint_hit
-from boundary.cache.memory import Entry, EntryKind
 from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import PlannedState, RetentionPlan, engine_geometry, plan_retention

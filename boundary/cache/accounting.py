@@ -1,5 +1,8 @@
 """Bytes from a model description: what one attention block and one recurrent state cost.
 
+Where it sits: the bottom of the cache model: geometry and bytes, read by the cache and the
+experiment.
+
 ``ModelDescription`` is the physics of a hybrid model (layer counts, KV heads, recurrent-state
 shapes, dtypes, active parameters). ``align_mode_geometry`` lays it out the way vLLM 0.33.0
 does in Mamba "align" mode:

@@ -1,5 +1,8 @@
 """The attention block pool: KV in blocks of ``block_size`` tokens, found by chained prefix id.
 
+Where it sits: in the cache model, above ``entry`` / ``memory`` / ``hashing`` and below
+``lookup`` and ``hybrid``.
+
 Full attention is dense: every block a request computes is cached under the prefix id at its
 end. In fine-grained mode (``unit < block_size``) a block can also answer to *aliases*, prefix
 ids at unit boundaries inside it (vLLM ``BlockPool.cache_partial_block``: the prompt tail, and

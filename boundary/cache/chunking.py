@@ -1,5 +1,8 @@
 """Where vLLM's align-mode scheduler ends prefill chunks, and what a checkpoint adds.
 
+Where it sits: in the cache model, beside ``accounting``: ``hybrid`` asks it where prefill
+chunks end.
+
 A recurrent state exists only where a scheduler step ends, so every retained position inside
 a prompt must be a chunk end. ``Scheduler._mamba_block_aligned_split`` already ends chunks at
 block boundaries (and the chunk-size limit, aligned down to a block), at the last cacheable

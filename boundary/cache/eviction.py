@@ -1,5 +1,7 @@
 """Which cached entry goes when memory is needed: a small protocol and vLLM's LRU.
 
+Where it sits: in the cache model, above ``entry``; ``memory`` evicts through it.
+
 An entry is *evictable* while it is cached (findable by some prefix id) and no in-flight
 request holds it. The policy sees entries become evictable (``release``), stop being
 evictable (``touch``: a request holds it again) and leave (``discard``), and names the
@@ -9,10 +11,9 @@ against bytes freed) implements the same four methods.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from boundary.cache.memory import Entry
+from boundary.cache.entry import Entry
 
 
 class EvictionPolicy(Protocol):
@@ -64,6 +65,3 @@ class LRU:
 
     def __contains__(self, entry: object) -> bool:
         return entry in self._queue
-
-
-EVICTION_POLICIES = {"lru": LRU}

@@ -1,5 +1,8 @@
 """Chained prefix ids: the model's stand-in for vLLM's chained block hashes.
 
+Where it sits: the bottom of the cache model: prefix ids over token ids
+(``boundary.prefixes``).
+
 vLLM hashes a request's tokens every ``hash_block_size`` tokens (``prefix_match_unit``), each
 hash over its parent and the unit's tokens (``kv_cache_utils.hash_block_tokens``), so one hash
 names a whole prefix; coarser blocks reuse the hash at their last unit. Here an intern table

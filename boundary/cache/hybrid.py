@@ -1,5 +1,8 @@
 """A hybrid prefix cache in vLLM 0.33.0 align mode, retention interval 0.
 
+Where it sits: the top of the cache model: it composes blocks, states, lookup and retention;
+the experiment calls it.
+
 ``HybridPrefixCache`` replays requests: ``admit`` looks a prompt up (the joint hit), holds the
 hit, allocates the request's attention blocks and running state, and creates the states the
 policy's admission decision places inside the prompt; ``finish`` takes the finish decision
@@ -250,9 +253,6 @@ class HybridPrefixCache:
             self._release(block, now)
         self._release(flight.scratch, now)
         return tuple(created)
-
-    def in_flight(self) -> int:
-        return len(self._in_flight)
 
     def close(self, now: float) -> None:
         """Account occupancy up to ``now`` (the end of the replay)."""

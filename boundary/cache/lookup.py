@@ -1,5 +1,7 @@
 """The joint hit: the deepest position where attention blocks and a recurrent state agree.
 
+Where it sits: in the cache model, above ``blocks`` and ``states``; ``hybrid`` calls it.
+
 ``HybridKVCacheCoordinator.find_longest_cache_hit`` is a fixed point over groups: each group
 accepts the current candidate length or shrinks it, and the loop restarts until none shrinks.
 It terminates because the length only decreases and is bounded by 0. With one full-attention

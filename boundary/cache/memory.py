@@ -1,5 +1,8 @@
 """Entries (one allocation each), the prefix-id index that finds them, and byte budgets.
 
+Where it sits: in the cache model, above ``entry`` and ``eviction``; the block pool and state
+store allocate through it.
+
 An ``Entry`` is an attention block, a retained recurrent state, or a running state (scratch).
 It is *cached* while it has keys (prefix ids it answers to), *held* while in-flight requests
 reference it, and *evictable* when cached and not held. An ``Arena`` is a byte budget: it
@@ -10,37 +13,11 @@ would not fit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from enum import IntEnum
 
+from boundary.cache.entry import Entry, EntryKind
 from boundary.cache.eviction import EvictionPolicy
 
-
-class EntryKind(IntEnum):
-    BLOCK = 0  # attention KV of one block of ``block_size`` tokens
-    STATE = 1  # a retained recurrent state at a unit boundary
-    SCRATCH = 2  # the running recurrent state of an in-flight request (never cached)
-
-
-@dataclass(slots=True, eq=False)
-class Entry:
-    """One allocation. ``position``: the prefix length it represents (a block's end, a state's
-    position); a state at ``position`` stands for exactly ``tokens[:position]`` and is only
-    ever found through the prefix id of that prefix."""
-
-    eid: int
-    kind: EntryKind
-    nbytes: int
-    position: int
-    creator: int
-    created_at: float
-    keys: list[int] = field(default_factory=list)
-    refs: int = 0
-    labels: tuple[str, ...] = ()
-    hits: int = 0
-    last_hit_at: float | None = None
-    evicted_at: float | None = None
-    live: bool = True
+__all__ = ["Arena", "Entry", "EntryKind", "PrefixIndex"]
 
 
 class PrefixIndex:

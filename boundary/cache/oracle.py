@@ -1,5 +1,7 @@
 """The upper bound: infinite capacity and a state at every unit boundary ever computed.
 
+Where it sits: beside ``hybrid``: the bound the experiment compares the cache with.
+
 A request resumes at the deepest unit boundary of its prompt (never the last token) whose
 prefix some earlier request computed, prompt or output. Used as the denominator of
 "reused tokens over reusable tokens".

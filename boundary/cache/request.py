@@ -1,5 +1,7 @@
 """A request as the cache model sees it: prefix ids, lengths, times, and what to retain.
 
+Where it sits: in the cache model, above ``hashing``: what ``hybrid`` admits.
+
 This is the plain, replayable stream a fidelity test can feed to both this model and vLLM's
 ``KVCacheManager``: token ids (hashed here into prefix ids), the prompt length, the request's
 time in flight. What to keep comes from the policy (``boundary.retention_policy``).

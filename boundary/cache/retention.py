@@ -1,5 +1,8 @@
 """Which states a request leaves behind: a policy decision plus the engine's own junctions.
 
+Where it sits: in the cache model, after the retention policy (``boundary.retention_policy``),
+whose decision it carries out.
+
 The policy (``boundary.retention_policy``) decides the proactive states and where each
 materializes, P_end's block twin included; this module adds what the engine keeps by itself
 and places everything on the request's timeline:

@@ -1,5 +1,8 @@
 """The recurrent-state store: states that exist only where retained, one per unit boundary.
 
+Where it sits: in the cache model, above ``entry`` / ``memory``; ``lookup`` and ``hybrid`` read
+it.
+
 A recurrent state is a fixed-size summary of a whole prefix; it cannot be trimmed or
 extended without recomputation, so a hit needs a state at exactly the resume position.
 vLLM align mode with ``prefix_cache_retention_interval=0`` keeps a state only at the

@@ -1,5 +1,7 @@
 """``boundary audit``: which of P_end / U_end / D_end each next request of a trace reuses, and why not.
 
+Where it sits: the top: it reads a trace, runs ``boundary.audit`` and prints the report.
+
     boundary audit TRACE.jsonl --family qwen3_5 [--unit N] [--template-kwargs JSON]
                    [--json PATH] [--markdown PATH] [--plot PATH]
     boundary audit --tau-bench [--reasoning seeded] --family qwen3_6 ...
@@ -77,6 +79,8 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    """Markdown report on stdout (or ``--markdown``), progress and the summary table on stderr;
+    options are checked before the trace is read."""
     if args.regress is not None:
         return _regress(args)
     if args.family is None:
@@ -89,54 +93,20 @@ def run(args: argparse.Namespace) -> int:
     now = _now(args.now)
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     import boundary
-    from boundary.audit.markdown import to_markdown
     from boundary.audit.records import AuditReport
-    from boundary.audit.runner import AuditSettings, audit_requests
-    from boundary.audit.whatif import candidates, run_what_if, trace_habits
-    from boundary.trace import read_trace, tau_bench_trace, write_trace
+    from boundary.audit.runner import AuditSettings
+    from boundary.audit.whatif import trace_habits
 
     err = Console(stderr=True, highlight=False)
     fam = boundary.load_family(args.family, variant=args.variant)
-    fam.render(
-        [{"role": "user", "content": "x"}], **kwargs
-    )  # template kwargs are checked before the long run
-    if args.tau_bench:
-        requests = tau_bench_trace(
-            reasoning=args.reasoning,
-            echo_reasoning=args.echo_reasoning,
-            seed=args.seed,
-            trajectories=args.trajectories,
-        )
-        reasoning = "seeded synthetic reasoning" if args.reasoning == "seeded" else "no reasoning"
-        label = f"tau-bench airline ({reasoning}{', echoed by the client' if args.echo_reasoning else ''})"
-        if args.write_trace:
-            write_trace(args.write_trace, requests)
-    else:
-        requests = read_trace(args.trace)
-        label = str(args.trace)
+    fam.render([{"role": "user", "content": "x"}], **kwargs)  # template kwargs are checked before the run
+    requests, label = _requests(args)
     settings = AuditSettings(
         unit=args.unit, variant=args.variant, template_kwargs=kwargs, habits=trace_habits(requests), now=now
     )
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    ) as progress:
-        task = progress.add_task(f"auditing {fam.name}", total=len(requests))
-        base = audit_requests(fam, requests, settings, advance=lambda n: progress.advance(task, n))
-        what_ifs = [] if args.no_what_if else candidates(fam, settings, base)
-        done = []
-        for w in what_ifs:
-            task = progress.add_task(f"what if: {w.name}", total=len(requests))
-            done.append(
-                run_what_if(fam, requests, settings, base, w, advance=partial(progress.advance, task))
-            )
+    base, done = _audit(fam, requests, settings, err, what_if=not args.no_what_if)
     report = AuditReport(
         family=fam.name,
         variant=args.variant or fam.default_variant,
@@ -151,6 +121,55 @@ def run(args: argparse.Namespace) -> int:
         turns=base.records,
     )
     _summary_table(err, report)
+    _write(report, args)
+    return 0
+
+
+def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
+    """The trace to audit (a file, or the shipped tau-bench trajectories) and its label."""
+    from boundary.trace import read_trace, tau_bench_trace, write_trace
+
+    if not args.tau_bench:
+        return read_trace(args.trace), str(args.trace)
+    requests = tau_bench_trace(
+        reasoning=args.reasoning,
+        echo_reasoning=args.echo_reasoning,
+        seed=args.seed,
+        trajectories=args.trajectories,
+    )
+    reasoning = "seeded synthetic reasoning" if args.reasoning == "seeded" else "no reasoning"
+    if args.write_trace:
+        write_trace(args.write_trace, requests)
+    return (
+        requests,
+        f"tau-bench airline ({reasoning}{', echoed by the client' if args.echo_reasoning else ''})",
+    )
+
+
+def _audit(fam: Any, requests: list[Any], settings: Any, err: Any, *, what_if: bool) -> tuple[Any, list[Any]]:
+    """The audit and its what-if re-runs, with progress bars on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from boundary.audit.runner import audit_requests
+    from boundary.audit.whatif import candidates, run_what_if
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as progress:
+        task = progress.add_task(f"auditing {fam.name}", total=len(requests))
+        base = audit_requests(fam, requests, settings, advance=lambda n: progress.advance(task, n))
+        done = []
+        for w in candidates(fam, settings, base) if what_if else []:
+            task = progress.add_task(f"what if: {w.name}", total=len(requests))
+            done.append(
+                run_what_if(fam, requests, settings, base, w, advance=partial(progress.advance, task))
+            )
+    return base, done
+
+
+def _write(report: Any, args: argparse.Namespace) -> None:
+    """The Markdown report, the plot and the JSON record where the options say."""
+    from boundary.audit.markdown import to_markdown
+
     markdown = to_markdown(report)
     if args.markdown:
         args.markdown.write_text(markdown, encoding="utf-8")
@@ -166,7 +185,6 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(text + "\n")
         else:
             args.json_out.write_text(text + "\n", encoding="utf-8")
-    return 0
 
 
 def _now(text: str | None) -> datetime | None:

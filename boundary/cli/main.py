@@ -1,5 +1,7 @@
 """``boundary`` entry point: dispatches to one module per command.
 
+Where it sits: the top: it dispatches to the command modules.
+
 Each command module defines ``add_parser(subparsers)`` and ``run(args) -> int`` and keeps
 its heavy imports inside ``run``. Progress and tables go to stderr; machine-readable output
 to stdout or ``--json``. Errors end with a one-line message and a non-zero exit, never a

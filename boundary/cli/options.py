@@ -1,4 +1,7 @@
-"""Option values shared by the commands."""
+"""Option values shared by the commands.
+
+Where it sits: the top, with the commands: option parsing only.
+"""
 
 from __future__ import annotations
 

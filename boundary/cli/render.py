@@ -1,4 +1,10 @@
-"""``boundary render``: render a conversation and show U_end / P_end in the prompt."""
+"""``boundary render``: render a conversation and show U_end / P_end in the prompt.
+
+Where it sits: the top: it loads a family, renders one request and prints it.
+
+The prompt with both boundaries marked and their table go to stdout (``boundary render >
+prompt.txt``); with ``--json -`` stdout carries the JSON record alone and the prompt goes to
+stderr. Errors are one line on stderr."""
 
 from __future__ import annotations
 
@@ -66,18 +72,40 @@ def _load(path: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
 
 
 def run(args: argparse.Namespace) -> int:
+    """The marked prompt and the boundary table on stdout (stderr when ``--json -`` takes
+    stdout); options are checked before anything is loaded or rendered."""
     from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
 
     import boundary
 
-    err = Console(stderr=True, highlight=False)
+    units = args.unit or [16, 64, 528]
+    if any(u < 1 for u in units):
+        raise ValueError(f"--unit must be at least 1, got {min(units)}")
+    if args.context < 0:
+        raise ValueError(f"--context must be at least 0, got {args.context}")
     kwargs = template_kwargs(args.template_kwargs)
     messages, tools = _load(args.conversation)
     fam = boundary.load_family(args.family, variant=args.variant)
     r = fam.render(messages, tools=tools, **kwargs)
-    units = args.unit or [16, 64, 528]
+    json_on_stdout = str(args.json_out) == "-"
+    out = Console(stderr=json_on_stdout, highlight=False, soft_wrap=True)
+    out.print(_marked_prompt(r, args))
+    out.print(_table(fam, r, args, len(messages), units))
+    if r.u_end is not None:
+        suffix = r.text[r.input_end.token_char :]  # the text those tokens decode to
+        out.print(f"generation-only suffix: {r.p_end - r.u_end} tokens {suffix!r}")
+    if args.json_out:
+        text = json.dumps(_result(fam, r, args, units))
+        if json_on_stdout:
+            sys.stdout.write(text + "\n")
+        else:
+            args.json_out.write_text(text + "\n", encoding="utf-8")
+    return 0
+
+
+def _marked_prompt(r: Any, args: argparse.Namespace) -> Any:
+    """The prompt (from ``--context`` characters before U_end) with U_end and P_end marked."""
+    from rich.text import Text
 
     u_char = r.input_end.char if r.u_end is not None else None
     start = 0 if args.full or u_char is None else max(0, u_char - args.context)
@@ -91,11 +119,16 @@ def run(args: argparse.Namespace) -> int:
         shown.append(f"⟦U_end token {r.u_end}⟧", style="bold black on green")
         shown.append(r.text[u_char:], style="bold yellow")
     shown.append(f"⟦P_end token {r.p_end}⟧", style="bold black on cyan")
-    err.print(shown)
+    return shown
+
+
+def _table(fam: Any, r: Any, args: argparse.Namespace, n_messages: int, units: list[int]) -> Any:
+    """U_end and P_end: char, token and materialized position for each unit."""
+    from rich.table import Table
 
     table = Table(
-        title=f"{fam.spec.display_name} ({fam.default_variant if not args.variant else args.variant}) — "
-        f"{len(messages)} messages, tokenizer: {fam.tokenizer.source}"
+        title=f"{fam.spec.display_name} ({args.variant or fam.default_variant}) — "
+        f"{n_messages} messages, tokenizer: {fam.tokenizer.source}"
     )
     table.add_column("boundary")
     table.add_column("char", justify="right")
@@ -108,7 +141,7 @@ def run(args: argparse.Namespace) -> int:
         note = " (token straddles it)" if r.input_end.straddled else ""
         table.add_row(
             "U_end (input_end)",
-            f"{u_char:,}",
+            f"{r.input_end.char:,}",
             f"{r.u_end:,}{note}",
             *[f"{_position(r, u, 'input_end'):,}" for u in units],
         )
@@ -118,43 +151,33 @@ def run(args: argparse.Namespace) -> int:
         f"{r.p_end:,}",
         *[f"{_position(r, u, 'prompt_end'):,}" for u in units],
     )
-    err.print(table)
-    err.print(
-        f"generation-only suffix: {r.p_end - (r.u_end or r.p_end)} tokens "
-        f"{r.text[r.input_end.token_char :]!r}"  # the text those tokens decode to
-        if u_char is not None
-        else ""
-    )
+    return table
 
-    if args.json_out:
-        result = {
-            "family": fam.name,
-            "variant": args.variant or fam.default_variant,
-            "tokenizer": fam.tokenizer.source,
-            "p_end": r.p_end,
-            "u_end": r.u_end,
-            "input_end": {
-                "status": r.input_end.status.value,
-                "char": r.input_end.char,
-                "token": r.input_end.token,
-                "straddled": r.input_end.straddled,
-                "reason": r.input_end.reason,
-            },
-            "checkpoints": {
-                str(u): {
-                    "input_end": None if r.u_end is None else _position(r, u, "input_end"),
-                    "prompt_end": _position(r, u, "prompt_end"),
-                }
-                for u in units
-            },
-            "token_ids": r.token_ids,
-        }
-        text = json.dumps(result)
-        if str(args.json_out) == "-":
-            sys.stdout.write(text + "\n")
-        else:
-            args.json_out.write_text(text + "\n", encoding="utf-8")
-    return 0
+
+def _result(fam: Any, r: Any, args: argparse.Namespace, units: list[int]) -> dict[str, Any]:
+    """The ``--json`` record."""
+    return {
+        "family": fam.name,
+        "variant": args.variant or fam.default_variant,
+        "tokenizer": fam.tokenizer.source,
+        "p_end": r.p_end,
+        "u_end": r.u_end,
+        "input_end": {
+            "status": r.input_end.status.value,
+            "char": r.input_end.char,
+            "token": r.input_end.token,
+            "straddled": r.input_end.straddled,
+            "reason": r.input_end.reason,
+        },
+        "checkpoints": {
+            str(u): {
+                "input_end": None if r.u_end is None else _position(r, u, "input_end"),
+                "prompt_end": _position(r, u, "prompt_end"),
+            }
+            for u in units
+        },
+        "token_ids": r.token_ids,
+    }
 
 
 def _position(r: Rendering, unit: int, kind: str) -> int:

@@ -2,13 +2,16 @@
 model emits it (``format_output``) and reading generated text or ids back into the message a
 frontend appends (``parse_output``).
 
+Where it sits: after render and boundaries, before the round trip: the generated turn written
+out and read back.
+
     out = format_output(fam, prompt, {"role": "assistant", "content": "Hi."})
     out.text, out.token_ids, out.stop_token
     parsed = parse_output(fam, out.token_ids, prompt)
     parsed.status, parsed.message
 """
 
-from boundary.outputs.codec import OutputFormat, format_output, generation_suffix, output_format, parse_output
+from boundary.outputs.codec import OutputFormat, format_output, generation_suffix, output_format
 from boundary.outputs.model import (
     GeneratedOutput,
     OutputStatus,
@@ -17,6 +20,7 @@ from boundary.outputs.model import (
     RegionKind,
     WrittenCall,
 )
+from boundary.outputs.reading import parse_output
 
 __all__ = [
     "GeneratedOutput",

@@ -1,6 +1,9 @@
 """Tool-call arguments as text: JSON members with the exact text the model wrote for each
 value, and XML parameter values converted the way serving frontends convert them.
 
+Where it sits: the bottom of outputs: argument text helpers that the syntaxes and
+``engine_rules`` share.
+
 A model writes arguments once; a template may write them again differently (``tojson``
 spacing, Python ``True``). Keeping the written text lets those differences show.
 """

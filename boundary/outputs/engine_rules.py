@@ -1,5 +1,8 @@
 """A generated turn read by the rules of vLLM 0.33.0's parsers, without vLLM.
 
+Where it sits: in outputs, below ``reading``: the engine's reading of a turn, by rule, with no
+vLLM import.
+
 The message a client gets back is what the serving engine's composed parser returns
 (``ParserManager.get_parser(tool, reasoning, enable_auto_tools=True)`` then ``parse``): the
 reasoning parser splits the text, the tool parser reads calls from what it left as content.
@@ -9,7 +12,7 @@ This module reproduces those rules for every parser pair a shipped family names
 - *engine parsers* (``qwen3`` and ``nemotron_v3`` reasoning, ``minimax_m2``; ``qwen3_coder``,
   ``kimi_k2``, ``minimax_m2``, ``mistral`` tools) run a state machine over terminals found in
   the text (the longest marker at each position wins); each format is a table of
-  ``(state, terminal) -> (next state, events)`` below. A reasoning pass runs it with tool
+  ``(state, terminal) -> (next state, events)`` in ``engine_grammars``. A reasoning pass runs it with tool
   markers read as text; a tool pass starts in content. Text after the first tool event is
   dropped once a call is accepted; content is stripped when calls were read.
 - *legacy parsers* (``hermes``, ``deepseek_v3``, ``deepseek_v31`` tools; ``deepseek_r1``,
@@ -27,429 +30,33 @@ import hashlib
 import json
 import re
 import string
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from boundary.outputs.arguments import parameter_types, typed_arguments
-
-# -- states and events ------------------------------------------------------------------------
-
-CONTENT, REASONING, PREAMBLE, NAME, ARGS, BETWEEN = (
-    "content",
-    "reasoning",
-    "preamble",
-    "name",
-    "args",
-    "between",
+from boundary.outputs.engine_grammars import (
+    CHATML,
+    ENGINE_REASONING,
+    ENGINE_TOOLS,
+    NAME_IN_ARGS,
+    envelope,
+    supported,
 )
-TOOL_STATES = frozenset({PREAMBLE, NAME, ARGS, BETWEEN})
-TEXT, THOUGHT, THOUGHT_END, START, CALL_NAME, CALL_ARGS, END = (
-    "text",
-    "thought",
-    "thought_end",
-    "start",
-    "call_name",
-    "call_args",
-    "end",
-)
-TOOL_EVENTS = frozenset({START, CALL_NAME, CALL_ARGS, END})
-_FOR_STATE = {CONTENT: TEXT, REASONING: THOUGHT, NAME: CALL_NAME, ARGS: CALL_ARGS}
-_DROP = "__drop__"
-
-Move = tuple[str, tuple[str, ...]]
-
-
-@dataclass(frozen=True, slots=True)
-class EngineMessage:
-    """What the engine returns for one turn: ``calls`` holds ``(name, arguments, id or None)``."""
-
-    reasoning: str | None
-    content: str | None
-    calls: tuple[tuple[str, str, str | None], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Grammar:
-    """One engine format: its markers, its moves, and how it turns calls into arguments.
-
-    ``arguments`` maps a call's raw argument text (never blank) to its JSON text;
-    ``name_rule`` maps a call's raw name text and raw arguments to its name.
-    """
-
-    terminals: Mapping[str, tuple[str, ...]]
-    moves: Mapping[tuple[str, str], Move]
-    arguments: Callable[[str], str]
-    name_rule: Callable[[str, str], tuple[str, str | None]] | None = None
-    strip_reasoning: bool = True  # trailing whitespace of the reasoning is dropped
-    strip_content_with_tools: bool = True
-    declared_only: bool = False  # calls to tools the request does not declare are dropped
-    empty_name_ok: bool = False  # a call without a name is still a call (Mistral)
-    short_ids: bool = False  # calls get 9-character alphanumeric ids (Mistral's)
-    envelope_name: bool = True  # a nameless call may name itself in a JSON envelope
-    turn_boundaries: tuple[str, ...] = ()  # the prompt may close the reasoning (ChatML)
-    reasoning_terminals: frozenset[str] = field(default=frozenset())
-
-    def literals(self, dropped: frozenset[str]) -> dict[str, str]:
-        out = {lit: name for name, spellings in self.terminals.items() for lit in spellings}
-        for token in dropped:
-            out.setdefault(token, _DROP)
-        return out
-
-
-def _lex(text: str, literals: Mapping[str, str]) -> list[tuple[str | None, str]]:
-    """``text`` as terminals and text runs: the longest marker starting at each position."""
-    by_first: dict[str, list[str]] = {}
-    for lit in sorted(literals, key=len, reverse=True):
-        if lit:
-            by_first.setdefault(lit[0], []).append(lit)
-    out: list[tuple[str | None, str]] = []
-    i = run = 0
-    while i < len(text):
-        hit = next((lit for lit in by_first.get(text[i], ()) if text.startswith(lit, i)), None)
-        if hit is None:
-            i += 1
-            continue
-        if run < i:
-            out.append((None, text[run:i]))
-        out.append((literals[hit], hit))
-        i = run = i + len(hit)
-    if run < len(text):
-        out.append((None, text[run:]))
-    return out
-
-
-@dataclass(slots=True)
-class _Machine:
-    """One pass over the text: ``skip_tools`` reads tool markers as text (the reasoning pass),
-    ``skip_reasoning`` reads reasoning markers as text (no reasoning parser configured)."""
-
-    grammar: Grammar
-    state: str
-    skip_tools: bool = False
-    skip_reasoning: bool = False
-    index: int = -1
-    in_span: bool = False
-    events: list[tuple[str, str, int]] = field(default_factory=list)
-
-    def run(self, text: str, dropped: frozenset[str]) -> list[tuple[str, str, int]]:
-        for terminal, value in _lex(text, self.grammar.literals(dropped)):
-            if terminal is None:
-                self._emit_for_state(value)
-            else:
-                self._terminal(terminal, value)
-        if self.state in TOOL_STATES:
-            if self.index >= 0:
-                self.events.append((END, "", self.index))
-            self.state = CONTENT
-        elif self.state == REASONING:
-            self.events.append((THOUGHT_END, "", self.index))
-            self.state = CONTENT
-        return self.events
-
-    def _emit_for_state(self, value: str) -> None:
-        kind = _FOR_STATE.get(self.state)
-        if kind is not None and value:
-            self.events.append((kind, value, self.index))
-
-    def _terminal(self, terminal: str, value: str) -> None:
-        g = self.grammar
-        move = g.moves.get((self.state, terminal))
-        if move is None:
-            if terminal == _DROP:
-                return
-            if self.skip_tools and terminal in _tool_exits(g):
-                self.in_span = False
-            self._emit_for_state(value)
-            return
-        if self.skip_reasoning and terminal in g.reasoning_terminals:
-            self._emit_for_state(value)
-            return
-        nxt, events = move
-        if self.skip_tools and terminal in _tool_terminals(g):
-            opener, exit_ = nxt in TOOL_STATES, terminal in _tool_exits(g)
-            if not (exit_ and not opener and not self.in_span):
-                self.in_span = opener or (self.in_span and not exit_)
-                if THOUGHT_END in events:
-                    self.state = CONTENT
-                    self.events += [(THOUGHT_END, value, self.index), (TEXT, value, self.index)]
-                else:
-                    self._emit_for_state(value)
-                return
-        self.state = nxt
-        for event in events:
-            if event == START:
-                self.index += 1
-            if event != TEXT or value:
-                self.events.append((event, value, self.index))
-
-
-def _tool_terminals(g: Grammar) -> frozenset[str]:
-    return frozenset(t for (s, t), (n, _) in g.moves.items() if n in TOOL_STATES or s in TOOL_STATES)
-
-
-def _tool_exits(g: Grammar) -> frozenset[str]:
-    return frozenset(t for (s, t), (n, _) in g.moves.items() if s in TOOL_STATES and n not in TOOL_STATES)
-
-
-def _reasoning_markers(moves: Mapping[tuple[str, str], Move]) -> frozenset[str]:
-    """Markers that only open or close reasoning (read as text when no reasoning parser runs)."""
-    plain = {CONTENT, REASONING}
-    markers = frozenset(t for (s, t), (n, _) in moves.items() if REASONING in (s, n) and n not in TOOL_STATES)
-    for (s, t), (n, events) in moves.items():
-        if t in markers and (s not in plain or n not in plain or not set(events) <= {THOUGHT_END}):
-            return frozenset()
-    return markers
-
-
-# -- argument rules ---------------------------------------------------------------------------
-
-_QWEN3_PARAM = re.compile(
-    r"<\s*parameter\s*=\s*([^>]*)>(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s*=))", re.DOTALL
-)
-_MINIMAX_PARAM = re.compile(
-    r"<\s*parameter\s+name\s*=\s*(?:\"([^\"]*)\"|'([^']*)'|([^>\s]+))\s*>"
-    r"(.*?)(?:<\s*/\s*parameter\s*>|(?=<\s*parameter\s+name\s*=))",
-    re.DOTALL,
+from boundary.outputs.engine_machine import (
+    CALL_ARGS,
+    CALL_NAME,
+    CONTENT,
+    REASONING,
+    TEXT,
+    THOUGHT,
+    TOOL_EVENTS,
+    EngineMessage,
+    Grammar,
+    Machine,
 )
 
-
-def _qwen3_parameters(raw: str) -> str:
-    """``<parameter=KEY>VALUE</parameter>`` (or up to the next opener): one newline trimmed
-    from each end of a value; the key as written."""
-    params: dict[str, Any] = {}
-    for m in _QWEN3_PARAM.finditer(raw):
-        value = m.group(2)
-        value = value[1:] if value.startswith("\n") else value
-        params[m.group(1)] = value[:-1] if value.endswith("\n") else value
-    return json.dumps(params, ensure_ascii=False)
-
-
-def _minimax_parameters(raw: str) -> str:
-    """``<parameter name="KEY">VALUE</parameter>``: values verbatim, keys stripped, nameless skipped."""
-    params: dict[str, Any] = {}
-    for m in _MINIMAX_PARAM.finditer(raw):
-        key = (m.group(1) or m.group(2) or m.group(3) or "").strip()
-        if key:
-            params[key] = m.group(4)
-    return json.dumps(params, ensure_ascii=False)
-
-
-def _json_as_written(raw: str) -> str:
-    """Kimi: the argument text, stripped, whatever it is."""
-    return raw.strip() or "{}"
-
-
-def _first_json_value(raw: str) -> str:
-    """Mistral: the first JSON value of the text (what follows it is dropped), else the text."""
-    text = raw.strip()
-    try:
-        _, end = json.JSONDecoder().raw_decode(text)
-    except ValueError:
-        return text
-    return text[:end]
-
-
-def _envelope(raw: str) -> tuple[str, str]:
-    """A nameless call's body read as ``{"name": ..., "arguments": ...}``: name and arguments."""
-    body = raw.strip()
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return "", body
-    if not isinstance(parsed, dict):
-        return "", body
-    name = parsed.get("name", "")
-    for key in ("arguments", "parameters"):
-        if key in parsed:
-            value = parsed[key]
-            return name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return name, json.dumps({k: v for k, v in parsed.items() if k != "name"}, ensure_ascii=False)
-
-
-_KIMI_ID = re.compile(r"(?P<id>.+:\d+)")
-_NAME_IN_ARGS = re.compile(r'"name"\s*:\s*"([^"]*)"')
-
-
-def _kimi_name(header: str, raw_args: str) -> tuple[str, str | None]:
-    """``functions.NAME:N`` names the call NAME with id ``functions.NAME:N``. A header that is
-    not one leaves the name to the arguments (a ``"name"`` key) once arguments were written,
-    else the header itself."""
-    m = _KIMI_ID.match(header.strip())
-    if m:
-        call_id = m.group("id").strip()
-        name = call_id.split(":")[0].removeprefix("functions.")
-        if name:
-            return name, call_id
-    if raw_args:
-        found = _NAME_IN_ARGS.search(raw_args)
-        return (found.group(1) if found else ""), None
-    return header, None
-
-
-# -- formats ----------------------------------------------------------------------------------
-
-
-def _qwen3(thinking: bool = True) -> Grammar:
-    moves: dict[tuple[str, str], Move] = {
-        (REASONING, "think"): (REASONING, ()),
-        (REASONING, "/think"): (CONTENT, (THOUGHT_END,)),
-        (CONTENT, "/think"): (CONTENT, ()),
-        (REASONING, "tool"): (PREAMBLE, (THOUGHT_END, START)),
-        (CONTENT, "tool"): (PREAMBLE, (THOUGHT_END, START)),
-        (CONTENT, "function"): (NAME, (START,)),
-        (PREAMBLE, "/tool"): (CONTENT, (END,)),
-        (PREAMBLE, "function"): (NAME, ()),
-        (NAME, ">"): (ARGS, ()),
-        (NAME, "/function"): (BETWEEN, (END,)),
-        (NAME, "/tool"): (CONTENT, (END,)),
-        (NAME, "tool"): (PREAMBLE, (END, START)),
-        (NAME, "function"): (NAME, (END, START)),
-        (ARGS, "/function"): (BETWEEN, (END,)),
-        (ARGS, "function"): (NAME, (END, START)),
-        (ARGS, "parameter"): (ARGS, (CALL_ARGS,)),
-        (ARGS, "/parameter"): (ARGS, (CALL_ARGS,)),
-        (BETWEEN, "/tool"): (CONTENT, ()),
-        (BETWEEN, "tool"): (PREAMBLE, (START,)),
-        (BETWEEN, "function"): (NAME, (START,)),
-    }
-    return Grammar(
-        terminals={
-            "think": ("<think>",),
-            "/think": ("</think>",),
-            "tool": ("<tool_call>",),
-            "/tool": ("</tool_call>",),
-            "function": ("<function=",),
-            "/function": ("</function>",),
-            "parameter": ("<parameter=",),
-            "/parameter": ("</parameter>",),
-            ">": (">",),
-        },
-        moves=moves,
-        arguments=_qwen3_parameters,
-        strip_reasoning=False,
-        reasoning_terminals=_reasoning_markers(moves),
-    )
-
-
-def _kimi() -> Grammar:
-    moves: dict[tuple[str, str], Move] = {
-        (REASONING, "think"): (REASONING, ()),
-        (REASONING, "/think"): (CONTENT, (THOUGHT_END,)),
-        (CONTENT, "/think"): (CONTENT, ()),
-        (REASONING, "section"): (PREAMBLE, (THOUGHT_END,)),
-        (CONTENT, "section"): (PREAMBLE, ()),
-        (PREAMBLE, "call"): (NAME, (START,)),
-        (NAME, "args"): (ARGS, ()),
-        (ARGS, "/call"): (BETWEEN, (END,)),
-        (ARGS, "/section"): (PREAMBLE, (END,)),
-        (BETWEEN, "call"): (NAME, (START,)),
-        (PREAMBLE, "/section"): (PREAMBLE, ()),  # text after the section is never content
-        (BETWEEN, "/section"): (PREAMBLE, ()),
-    }
-    return Grammar(
-        terminals={
-            "think": ("<think>",),
-            "/think": ("</think>",),
-            "section": ("<|tool_calls_section_begin|>",),
-            "/section": ("<|tool_calls_section_end|>",),
-            "call": ("<|tool_call_begin|>",),
-            "/call": ("<|tool_call_end|>",),
-            "args": ("<|tool_call_argument_begin|>",),
-        },
-        moves=moves,
-        arguments=_json_as_written,
-        name_rule=_kimi_name,
-        strip_content_with_tools=False,
-        reasoning_terminals=_reasoning_markers(moves),
-    )
-
-
-def _minimax() -> Grammar:
-    invokes = ("invoke_dq", "invoke_sq", "invoke")
-    moves: dict[tuple[str, str], Move] = {
-        (REASONING, "think"): (REASONING, ()),
-        (REASONING, "/think"): (CONTENT, (THOUGHT_END,)),
-        (CONTENT, "/think"): (CONTENT, ()),
-        (REASONING, "tool"): (PREAMBLE, (THOUGHT_END,)),
-        (CONTENT, "tool"): (PREAMBLE, ()),
-        (ARGS, "parameter"): (ARGS, (CALL_ARGS,)),
-        (ARGS, "/parameter"): (ARGS, (CALL_ARGS,)),
-        (PREAMBLE, "/tool"): (CONTENT, ()),
-        (BETWEEN, "/tool"): (CONTENT, ()),
-        (CONTENT, "/tool"): (CONTENT, ()),
-        (ARGS, "/invoke"): (BETWEEN, (END,)),
-        **{(s, t): (NAME, (START,)) for s in (CONTENT, PREAMBLE, BETWEEN) for t in invokes},
-        **{(NAME, t): (ARGS, ()) for t in ('">', "'>", ">")},
-    }
-    return Grammar(
-        terminals={
-            "think": ("<think>",),
-            "/think": ("</think>",),
-            "tool": ("<minimax:tool_call>",),
-            "/tool": ("</minimax:tool_call>",),
-            "parameter": ("<parameter name=",),
-            "/parameter": ("</parameter>",),
-            "invoke_dq": ('<invoke name="',),
-            "invoke_sq": ("<invoke name='",),
-            "invoke": ("<invoke name=",),
-            "/invoke": ("</invoke>",),
-            '">': ('">',),
-            "'>": ("'>",),
-            ">": (">",),
-        },
-        moves=moves,
-        arguments=_minimax_parameters,
-        declared_only=True,
-        reasoning_terminals=_reasoning_markers(moves),
-    )
-
-
-def _mistral() -> Grammar:
-    """``[TOOL_CALLS]NAME[ARGS]{...}`` (or ``NAME{...}``); a tokenizer without ``[THINK]``
-    and without mistral-common's grammar support has no reasoning markers."""
-    moves: dict[tuple[str, str], Move] = {
-        (CONTENT, "calls"): (NAME, (START,)),
-        (NAME, "args"): (ARGS, ()),
-        (NAME, "{"): (ARGS, (CALL_ARGS,)),
-        (ARGS, "calls"): (NAME, (END, START)),
-    }
-    return Grammar(
-        terminals={"calls": ("[TOOL_CALLS]",), "args": ("[ARGS]",), "{": ("{",)},
-        moves=moves,
-        arguments=_first_json_value,
-        empty_name_ok=True,
-        short_ids=True,
-        envelope_name=False,
-    )
-
-
-_CHATML = ("<|im_start|>", "<|im_end|>")
-ENGINE_TOOLS: dict[str, Callable[[], Grammar]] = {
-    "qwen3_coder": _qwen3,
-    "kimi_k2": _kimi,
-    "minimax_m2": _minimax,
-    "mistral": _mistral,
-}
-LEGACY_TOOLS = ("hermes", "deepseek_v3", "deepseek_v31")
-# engine reasoning parsers: the grammar, whether trailing whitespace of reasoning is dropped,
-# and whether the prompt (ChatML turns) can close the reasoning before the turn starts
-ENGINE_REASONING: dict[str, tuple[Callable[[], Grammar], bool, bool]] = {
-    "qwen3": (_qwen3, False, True),
-    "nemotron_v3": (_qwen3, True, True),
-    "minimax_m2": (_minimax, True, False),
-}
-LEGACY_REASONING = ("deepseek_r1", "deepseek_v3")
-KNOWN_TOOLS = frozenset([*ENGINE_TOOLS, *LEGACY_TOOLS])
-KNOWN_REASONING = frozenset([*ENGINE_REASONING, *LEGACY_REASONING])
-
-
-def supported(tool_parser: str | None, reasoning_parser: str | None) -> bool:
-    """Whether this module reads turns as the named vLLM parser pair does."""
-    return (tool_parser is not None or reasoning_parser is not None) and (
-        (tool_parser is None or tool_parser in KNOWN_TOOLS)
-        and (reasoning_parser is None or reasoning_parser in KNOWN_REASONING)
-    )
+__all__ = ["EngineMessage", "engine_message", "supported"]
 
 
 # -- the reasoning pass -----------------------------------------------------------------------
@@ -458,7 +65,7 @@ def supported(tool_parser: str | None, reasoning_parser: str | None) -> bool:
 def _prompt_closes_reasoning(prompt_text: str, open_tag: str, closers: Sequence[str]) -> bool:
     """The engine starts in content when, after the prompt's last turn marker, the last
     reasoning marker closes the reasoning (``</think>`` or a tool-call start)."""
-    start = max((prompt_text.rfind(b) + len(b) for b in _CHATML if b in prompt_text), default=0)
+    start = max((prompt_text.rfind(b) + len(b) for b in CHATML if b in prompt_text), default=0)
     tail = prompt_text[start:]
     last = max(((tail.rfind(m), m) for m in (open_tag, *closers) if m in tail), default=None)
     return last is not None and last[1] != open_tag
@@ -475,7 +82,7 @@ def _engine_reasoning(
     else:
         grammar = make()
         closed = chatml and _prompt_closes_reasoning(prompt_text, "<think>", ("</think>", "<tool_call>"))
-        events = _Machine(grammar, CONTENT if closed else REASONING, skip_tools=True).run(text, dropped)
+        events = Machine(grammar, CONTENT if closed else REASONING, skip_tools=True).run(text, dropped)
         thought = "".join(v for k, v, _ in events if k == THOUGHT)
         reasoning = (thought.rstrip() if strip else thought) or None
         content = "".join(v for k, v, _ in events if k == TEXT) or None
@@ -514,7 +121,7 @@ def _engine_tools(
     skip_reasoning: bool,
     dropped: frozenset[str],
 ) -> _ToolRead:
-    events = _Machine(grammar, CONTENT, skip_reasoning=skip_reasoning).run(text, dropped)
+    events = Machine(grammar, CONTENT, skip_reasoning=skip_reasoning).run(text, dropped)
     before: list[str] = []
     after: list[str] = []
     names: dict[int, str] = {}
@@ -541,13 +148,13 @@ def _engine_tools(
         if grammar.name_rule is not None:
             name, call_id = grammar.name_rule(header, raw)
         elif not header.strip() and raw and grammar.envelope_name:
-            found = _NAME_IN_ARGS.search(raw)
+            found = NAME_IN_ARGS.search(raw)
             name = found.group(1) if found else ""
         else:
             name = header
         name = name.strip() if isinstance(name, str) else name
         if not name and raw.strip() and grammar.envelope_name:
-            name, arguments = _envelope(raw)
+            name, arguments = envelope(raw)
         elif raw.strip():
             arguments = grammar.arguments(raw)
         else:

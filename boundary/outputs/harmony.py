@@ -1,5 +1,8 @@
 """gpt-oss harmony output: a turn is a run of channel messages.
 
+Where it sits: in outputs, beside the tool-call syntaxes: ``codec`` and ``reading`` call it for
+harmony formats.
+
 The model writes, after the generation prompt's ``<|start|>assistant``::
 
     <|channel|>analysis<|message|>REASONING<|end|>

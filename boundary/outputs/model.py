@@ -1,5 +1,8 @@
 """What a model generated for one assistant turn, written out and read back.
 
+Where it sits: the bottom of outputs: the result types every outputs module, the round trip and
+the audit read.
+
 ``GeneratedOutput`` is the model's side: the text it emitted after the prompt and the token
 ids it committed, ending with its stop token. ``ParsedOutput`` is the frontend's side: the
 assistant message it appends to history, plus where each part sits in the generated text

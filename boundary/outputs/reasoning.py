@@ -1,5 +1,8 @@
 """Reasoning written between think tags, including a ``<think>`` the generation prompt pre-filled.
 
+Where it sits: in outputs, below ``codec`` and ``reading``: the think-tag rules a family's spec
+names.
+
 The generation prompt may leave the block open (``<think>\\n``: the model writes its
 reasoning and closes it), closed (``<think></think>``: thinking is off, the model writes
 only the answer), or not start one (the model opens it itself, or does not reason).

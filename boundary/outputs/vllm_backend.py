@@ -1,5 +1,8 @@
 """vLLM's own parsers as the reader of generated turns (``parser_backend = "vllm"``).
 
+Where it sits: in outputs, below ``reading``: the only place in ``boundary/`` that imports
+vLLM, and only when called.
+
 A frontend serving with vLLM gets back exactly what vLLM's composed parser returns, so
 verifying D_end against it is verifying against the engine itself. This module calls
 ``ParserManager.get_parser(tool, reasoning, enable_auto_tools=True)`` and ``parse`` the
@@ -17,12 +20,10 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from boundary.errors import RequestError
-
-if TYPE_CHECKING:
-    from boundary.family import Family
+from boundary.renderer import Renderer
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +36,7 @@ class EngineRead:
     calls: tuple[tuple[str, str, str | None], ...]
 
 
-def parser_names(family: Family, variant: str | None) -> tuple[str | None, str | None]:
+def parser_names(family: Renderer, variant: str | None) -> tuple[str | None, str | None]:
     """The ``(tool parser, reasoning parser)`` pair the family variant's spec names."""
     spec = family.spec
     chosen = next((v for v in spec.variants if v.name == variant), None)
@@ -58,7 +59,7 @@ def _parser_class(tool: str | None, reasoning: str | None, harmony: bool) -> Any
 _TOKENIZERS: dict[tuple[int, str | None], tuple[Any, Any]] = {}
 
 
-def engine_tokenizer(family: Family, variant: str | None) -> Any:
+def engine_tokenizer(family: Renderer, variant: str | None) -> Any:
     """The family's tokenizer as transformers', cached the way vLLM's server caches it."""
     key = (id(family), variant)
     if key not in _TOKENIZERS:
@@ -80,7 +81,7 @@ def _request(tools_json: str) -> Any:
 
 
 def engine_read(
-    family: Family,
+    family: Renderer,
     body: str,
     *,
     generated_ids: Sequence[int] = (),

@@ -1,5 +1,8 @@
 """The shape every tool-call syntax has: where its calls start, how it writes and reads them.
 
+Where it sits: the bottom of the tool-call syntaxes: the protocol every syntax module
+implements.
+
 A syntax works on the *block*: the generated text from its ``start`` marker to the end of
 the turn's body (stop token excluded). Spans it returns are relative to that block.
 """

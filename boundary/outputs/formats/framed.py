@@ -1,5 +1,8 @@
 """The reading loop of syntaxes that frame each call with an opening and a closing marker.
 
+Where it sits: among the tool-call syntaxes, above ``base``: the read loop that ``json_calls``
+and ``xml_calls`` share.
+
 Such a block is a run of calls ``call_open ... [sep ...] call_close`` with whitespace between
 them. Either the run is the whole block, or a section wraps it: ``section.open`` at the
 block's start, ``section.close`` after the last call. The loop finds each call's markers and

@@ -1,5 +1,8 @@
 """Tool-call syntaxes whose arguments are a JSON object written inline.
 
+Where it sits: among the tool-call syntaxes, above ``base`` and ``framed``; ``codec`` lists
+them.
+
 - hermes_json (Qwen3, Qwen3-Next, Granite 4.0):
   ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``
 - nemotron_toolcall (Nemotron Nano v2): ``<TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>``

@@ -1,5 +1,8 @@
 """Tool-call syntaxes that write each argument as an XML parameter.
 
+Where it sits: among the tool-call syntaxes, above ``base`` and ``framed``; ``codec`` and
+``horizon`` read them.
+
 qwen3_coder_xml (Qwen3.5, Qwen3.6, Nemotron 3)::
 
     <tool_call>

@@ -1,0 +1,302 @@
+"""The family renderer: one request in, token ids plus U_end / P_end out, in one pass.
+
+Where it sits: the middle of the data flow — request (``protocol``: validate, normalize) ->
+render (``render``: sandboxed, instrumented Jinja; ``continuation``; ``template_kwargs``) ->
+boundaries (``boundaries``: ids, U_end, P_end). Everything downstream (sessions, outputs,
+round trip, horizon, audit, experiment, the vLLM plugin) takes a ``Renderer``; the ``Family``
+facade (``boundary.family``) adds those features on top without them importing it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, get_args
+
+from boundary.boundaries import (
+    Rendering,
+    encode_rendering,
+    encode_rendering_sanitized,
+    mark_control_tokens,
+)
+from boundary.continuation import cut_after_final_message, generation_prompt, open_final_message
+from boundary.encoding import token_pattern
+from boundary.errors import RequestError, TemplateLoadError
+from boundary.protocol import (
+    ArgumentsForm,
+    Message,
+    Tool,
+    check_value,
+    parse_messages,
+    parse_tools,
+    to_template_messages,
+    to_template_tools,
+)
+from boundary.render import CompiledTemplate, TextRendering, compile_template, render_text
+from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
+from boundary.spec import FamilySpec
+from boundary.template_kwargs import ResolvedKwargs, resolve_kwargs
+from boundary.tokenizer import Tokenizer, template_literals
+
+ARGUMENTS_FORMS: tuple[str, ...] = get_args(ArgumentsForm)
+
+
+def check_arguments(arguments: object) -> None:
+    """Refuse an ``arguments=`` option that is not one of ``ARGUMENTS_FORMS`` (None: the
+    family's default), before any message is read."""
+    if arguments is not None and arguments not in ARGUMENTS_FORMS:
+        raise RequestError(
+            f"expected one of {', '.join(map(repr, ARGUMENTS_FORMS))}, got {arguments!r}",
+            location="arguments",
+        )
+
+
+class Renderer:
+    """Templates + tokenizer + spec. ``render`` is one pass: text, ids, U_end, P_end.
+
+    Every template is compiled when the renderer is made, so a template with a syntax
+    error raises ``TemplateLoadError`` here, not at the first render."""
+
+    def __init__(
+        self,
+        spec: FamilySpec,
+        templates: Mapping[str, str],
+        tokenizer: Tokenizer,
+        *,
+        default_variant: str | None = None,
+        limits: RenderLimits = DEFAULT_LIMITS,
+    ) -> None:
+        if not templates:
+            raise TemplateLoadError("a family needs at least one template", location=spec.name)
+        self.spec = spec
+        self.templates = dict(templates)
+        self.tokenizer = tokenizer
+        self.default_variant = default_variant or next(iter(self.templates))
+        self.limits = limits
+        self._control_patterns: dict[str, Any] = {}
+        for source in self.templates.values():
+            self.compiled(source)
+
+    def __repr__(self) -> str:
+        name = type(self).__name__
+        return f"{name}({self.name!r}, variant={self.default_variant!r}, tokenizer={self.tokenizer!r})"
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def compiled(self, source: str) -> CompiledTemplate:
+        """``source`` compiled under this renderer's limits (cached by ``compile_template``)."""
+        return compile_template(source, self.limits)
+
+    def template(self, variant: str | None = None) -> str:
+        variant = variant or self.default_variant
+        try:
+            return self.templates[variant]
+        except KeyError:
+            raise RequestError(
+                f"unknown variant {variant!r} (have: {', '.join(self.templates)})", location="variant"
+            ) from None
+
+    # -- rendering --------------------------------------------------------------------------
+    def prepare(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        tools: Sequence[Mapping[str, Any] | Tool] | None = None,
+        *,
+        arguments: ArgumentsForm | None = None,
+        variant: str | None = None,
+        strict_request: bool = False,
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+        """Validate a request and normalize it into the dicts ``variant``'s template reads.
+        ``strict_request`` refuses fields and content part types outside the OpenAI schema."""
+        check_arguments(arguments)
+        parsed = parse_messages(messages, strict=strict_request)
+        template_tools = to_template_tools(parse_tools(tools, strict=strict_request))
+        return self.normalize(parsed, arguments, variant=variant), template_tools
+
+    def normalize(
+        self,
+        messages: Sequence[Message],
+        arguments: ArgumentsForm | None = None,
+        *,
+        variant: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Validated messages as the dicts this family's templates read (``to_template_messages``;
+        tool-call arguments in ``arguments`` form, default ``tool_arguments(variant)``). A family
+        whose templates read text only (``content_parts = "join"``) gets the text parts joined."""
+        check_arguments(arguments)
+        template_messages = to_template_messages(
+            messages,
+            reasoning_field=self.spec.reasoning_field,
+            arguments=arguments or self.tool_arguments(variant),
+        )
+        if self.spec.content_parts == "join":
+            for m in template_messages:
+                if isinstance(m.get("content"), list):
+                    m["content"] = "\n".join(p["text"] for p in m["content"] if p.get("type") == "text")
+        return template_messages
+
+    def tool_arguments(self, variant: str | None = None) -> ArgumentsForm:
+        """How ``variant``'s template wants tool-call arguments: the variant's own
+        ``tool_arguments`` where its spec sets one, else the family's."""
+        name = variant or self.default_variant
+        for v in self.spec.variants:
+            if v.name == name and v.tool_arguments is not None:
+                return v.tool_arguments
+        return self.spec.tool_arguments
+
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        tools: Sequence[Mapping[str, Any] | Tool] | None = None,
+        add_generation_prompt: bool | None = None,
+        *,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        sanitize_control_tokens: bool = False,
+        arguments: ArgumentsForm | None = None,
+        now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_request: bool = False,
+        strict_template_kwargs: bool = False,
+        **template_kwargs: Any,
+    ) -> Rendering:
+        """Render one request in a single pass.
+
+        ``template_kwargs`` the template never reads are dropped, as vLLM drops them, and named
+        in ``Rendering.ignored_template_kwargs`` (``strict_template_kwargs=True`` refuses them
+        instead); ``now`` pins ``strftime_now`` for date-stamped templates; ``arguments``
+        chooses whether tool-call arguments reach the template as objects or as the JSON text
+        the client sent (default: ``tool_arguments(variant)``); ``strict_request`` refuses
+        fields outside the OpenAI chat schema.
+
+        ``continue_final_message`` (True for the content, or the name of the field to
+        continue, as in transformers) renders the final message open for the model to
+        continue: the text is cut after its content exactly as transformers cuts it, and
+        U_end / P_end are as ``Rendering`` documents. ``add_generation_prompt`` defaults to
+        ``not continue_final_message``; asking for both is a ``RequestError``.
+        """
+        template_messages, template_tools = self.prepare(
+            messages, tools, arguments=arguments, variant=variant, strict_request=strict_request
+        )
+        return self.render_prepared(
+            template_messages,
+            template_tools,
+            add_generation_prompt,
+            variant=variant,
+            documents=documents,
+            sanitize_control_tokens=sanitize_control_tokens,
+            now=now,
+            continue_final_message=continue_final_message,
+            strict_template_kwargs=strict_template_kwargs,
+            **template_kwargs,
+        )
+
+    def render_prepared(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool | None = None,
+        *,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        sanitize_control_tokens: bool = False,
+        now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_template_kwargs: bool = False,
+        **template_kwargs: Any,
+    ) -> Rendering:
+        """``render`` for messages already validated and normalized by ``prepare``."""
+        pattern = self._control_pattern(self.template(variant)) if sanitize_control_tokens else None
+        rendered = self.render_text(
+            messages,
+            tools,
+            add_generation_prompt,
+            variant=variant,
+            documents=documents,
+            control_pattern=pattern,
+            now=now,
+            continue_final_message=continue_final_message,
+            strict_template_kwargs=strict_template_kwargs,
+            **template_kwargs,
+        )
+        if pattern is None:
+            result = encode_rendering(rendered, self.tokenizer)
+        else:
+            result = encode_rendering_sanitized(rendered, self.tokenizer, pattern)
+        ignored = self.resolve_template_kwargs(
+            template_kwargs, variant, strict=strict_template_kwargs
+        ).ignored
+        return replace(result, ignored_template_kwargs=ignored) if ignored else result
+
+    def render_text(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        add_generation_prompt: bool | None = None,
+        *,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        control_pattern: re.Pattern[str] | None = None,
+        now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_template_kwargs: bool = False,
+        **template_kwargs: Any,
+    ) -> TextRendering:
+        """The render stage alone: text and char positions, no tokens. With ``control_pattern``
+        (sanitizing), control tokens in the inputs come back wrapped in markers. With
+        ``continue_final_message`` the text ends after the final message's content and
+        ``input_end`` is that message's start (see ``Rendering``)."""
+        source = self.template(variant)
+        compiled = self.compiled(source)
+        kwargs = resolve_kwargs(
+            self.spec,
+            self.tokenizer.special_tokens_map,
+            template_kwargs,
+            compiled.variables,
+            strict=strict_template_kwargs,
+        ).kept
+        prompt_flag = generation_prompt(add_generation_prompt, continue_final_message)
+        for i, document in enumerate(documents or ()):
+            check_value(document, f"documents[{i}]")
+        if control_pattern is not None:
+            messages = mark_control_tokens(messages, control_pattern)
+            tools = mark_control_tokens(tools, control_pattern)
+            documents = mark_control_tokens(documents, control_pattern)
+        final: str | None = None
+        if continue_final_message:
+            messages, final = open_final_message(messages, continue_final_message, source)
+        rendered = render_text(
+            compiled,
+            messages,
+            tools=tools,
+            documents=documents,
+            add_generation_prompt=prompt_flag,
+            variables={**self.tokenizer.special_tokens_map, **kwargs},
+            now=now,
+            limits=self.limits,
+        )
+        return rendered if final is None else cut_after_final_message(rendered, final)
+
+    def resolve_template_kwargs(
+        self, kwargs: Mapping[str, Any], variant: str | None = None, *, strict: bool = False
+    ) -> ResolvedKwargs:
+        """The template kwargs ``variant``'s template receives (checked) and the names of those
+        it drops, as ``vllm.renderers.hf.resolve_chat_template_kwargs`` decides: a kwarg
+        reaches the template only if the template reads it (an undeclared variable of its
+        Jinja AST). ``strict`` refuses, instead of dropping, a kwarg that is neither read
+        nor declared by the family nor a special token (the behaviour before leniency)."""
+        reads = self.compiled(self.template(variant)).variables
+        return resolve_kwargs(self.spec, self.tokenizer.special_tokens_map, kwargs, reads, strict=strict)
+
+    def _control_pattern(self, source: str) -> Any:
+        key = hashlib.sha256(source.encode()).hexdigest()
+        if key not in self._control_patterns:
+            self._control_patterns[key] = token_pattern(
+                self.tokenizer.control_tokens(template_literals(source))
+            )
+        return self._control_patterns[key]
