@@ -208,7 +208,10 @@ class _Candidate:
 def _input_end(b: RequestBoundaries, g: EngineGeometry) -> _Candidate:
     if b.u_end is None:
         return _prompt_end(b, g)
-    return _Candidate(StateKind.INPUT_END, prompt_position(b.u_end, g.unit), Phase.PREFILL, 1.0)
+    # U_end == P_end (no generation suffix): the state lands where P_end's does, since the
+    # last prompt token is recomputed for its logits.
+    position = prompt_position(min(b.u_end, b.p_end - 1), g.unit)
+    return _Candidate(StateKind.INPUT_END, position, Phase.PREFILL, 1.0)
 
 
 def _prompt_end(b: RequestBoundaries, g: EngineGeometry) -> _Candidate:

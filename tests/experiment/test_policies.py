@@ -10,7 +10,7 @@ from __future__ import annotations
 from array import array
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from boundary.experiment.policies import boundaries, policy
@@ -110,6 +110,13 @@ def test_chat_aware_decides_a_prompt_side_stand_in_at_admission():
     assert [(k.position, k.phase) for k in admission.keeps] == [(64, Phase.PREFILL), (80, Phase.PREFILL)]
 
 
+def test_input_end_at_the_prompt_end_lands_where_prompt_end_does():
+    # no generation suffix (U_end == P_end = 33): the last prompt token is recomputed, so the
+    # state is at 32 at unit 1 and 32 at unit 16, as P_end's would be.
+    assert kept("input_end", RequestBoundaries(33, 33), EngineGeometry(64, 1))[0][0] == 32
+    assert kept("input_end", RequestBoundaries(32, 32), EngineGeometry(64, 16))[0][0] == 16
+
+
 def test_horizon_keeps_the_deepest_position_at_or_before_the_horizon():
     assert kept("horizon", RequestBoundaries(95, 70, 149, horizon=93))[-1] == (80, ("prompt_end",))
     assert kept("horizon", RequestBoundaries(95, 70, 149, horizon=75)) == [
@@ -132,6 +139,18 @@ def test_horizon_keeps_the_deepest_position_at_or_before_the_horizon():
     states=st.sampled_from(list(DecodeStates)),
     twin=st.booleans(),
     variant=st.sampled_from(list(Variant)),
+)
+@example(  # U_end == P_end at unit 1: the state lands on P_end's anchor, inside the prompt
+    p_end=1,
+    u_back=0,
+    output=0,
+    round_trip=None,
+    horizon=None,
+    block=64,
+    units=1,
+    states=DecodeStates.BLOCK,
+    twin=True,
+    variant=Variant.INPUT_END,
 )
 def test_every_decision_is_materializable_and_finish_adds_no_prefill_state(
     p_end, u_back, output, round_trip, horizon, block, units, states, twin, variant
