@@ -76,6 +76,28 @@ def active_rewrites(family: Renderer, template_kwargs: Mapping[str, Any]) -> lis
     ]
 
 
+def generated_char_ends(decode: Callable[[list[int]], str], generated: Sequence[int]) -> list[int]:
+    """For each generated token, where its text ends in ``decode(generated)``, in characters.
+
+    Tokens are decoded in context (a few tokens before them), so decoders that drop a leading
+    space at the start of a sequence, or byte-level tokens that split a character, do not
+    miscount. A token that ends inside a character ends after that character: a position
+    before the character never counts it."""
+    ends: list[int] = []
+    clean, start = 0, 0  # text length up to the last token that ended on a character boundary
+    for i in range(len(generated)):
+        context = max(0, start - 4)
+        before = decode(list(generated[context:start]))
+        piece = decode(list(generated[context : i + 1]))[len(before) :]
+        if piece.endswith("\ufffd"):
+            ends.append(clean + len(piece.rstrip("\ufffd")) + 1)
+            continue
+        clean += len(piece)
+        start = i + 1
+        ends.append(clean)
+    return ends
+
+
 class _Positions:
     """Char positions in ``prompt.text + generated text`` -> token positions."""
 
@@ -88,12 +110,7 @@ class _Positions:
         if char <= p_char:
             return int(self.prompt.boundary_at(CharOffset(char)).token or 0)
         if self._ends is None:
-            decode = self.family.tokenizer.decode
-            ends, total = [], 0
-            for token_id in self.generated:
-                total += len(decode([token_id]))
-                ends.append(total)
-            self._ends = ends
+            self._ends = generated_char_ends(self.family.tokenizer.decode, self.generated)
         g = char - p_char
         return len(self.prompt.token_ids) + sum(1 for e in self._ends if e <= g)
 

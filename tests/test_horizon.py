@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from boundary.errors import RequestError, TemplateRenderError
-from boundary.horizon import stability_horizon
+from boundary.horizon import generated_char_ends, stability_horizon
 from boundary.outputs import format_output, parse_output
 from boundary.prefixes import common_prefix_length as common_prefix
 from boundary.roundtrip import ClientHabits
@@ -197,3 +197,23 @@ def test_xml_values_a_typed_client_sends_back_as_json_limit_the_horizon():
             preserve_thinking=True,
         )
         assert common_prefix(prompt.token_ids + out.token_ids, nxt.token_ids) >= h.position
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["🫠🪿 𓀀𓀁 ꙮ", "plain words, then 日本語 and émoji 🫠 at the end", " leading space\n\n  tabs\t."],
+)
+def test_generated_char_ends_agree_with_decoding_each_prefix_whole(text):
+    # oracle: decoding the whole prefix up to each token; a prefix that ends inside a character
+    # (decodes with a trailing U+FFFD) must end after that character, never before it
+    fam = family("qwen3_5")
+    ids = fam.tokenizer.encode_ids(text)
+    ends = generated_char_ends(fam.tokenizer.decode, ids)
+    assert ends[-1] == len(text)
+    for i, end in enumerate(ends):
+        prefix = fam.tokenizer.decode(ids[: i + 1])
+        if prefix.endswith("\ufffd"):
+            assert end == len(prefix.rstrip("\ufffd")) + 1
+        else:
+            assert end == len(prefix)
+    assert len(ids) > len(text) or text[0] != "🫠"  # the first case really splits characters
