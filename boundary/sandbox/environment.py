@@ -8,6 +8,8 @@ from typing import Any
 
 import jinja2
 import jinja2.ext
+from jinja2 import nodes
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.filters import make_attrgetter, make_multi_attrgetter
 from jinja2.runtime import Macro, Undefined
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -35,6 +37,28 @@ from boundary.sandbox.template_globals import GenerationTag, raise_exception, st
 _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
+class _CodeGenerator(CodeGenerator):
+    """jinja2's code generator, except that ``{{ x }}`` (outside autoescape) prints a plain
+    string without calling ``finalize``, which measures only other values: it compiles to
+    ``(v if type(v := x) is str else str(environment.finalize(v)))``, ``v`` a local no
+    template name compiles to (jinja2's are ``l_*`` / ``t_*``)."""
+
+    def _plain(self, frame: Frame, finalize: Any) -> bool:
+        return not (frame.eval_ctx.volatile or frame.eval_ctx.autoescape) and finalize.src is not None
+
+    def _output_child_pre(self, node: nodes.Expr, frame: Frame, finalize: Any) -> None:
+        if not self._plain(frame, finalize):
+            return super()._output_child_pre(node, frame, finalize)
+        self.write("(_bnd_out if type(_bnd_out := ")
+        return None
+
+    def _output_child_post(self, node: nodes.Expr, frame: Frame, finalize: Any) -> None:
+        if not self._plain(frame, finalize):
+            return super()._output_child_post(node, frame, finalize)
+        self.write(f") is str else str({finalize.src}_bnd_out)))")
+        return None
+
+
 class Sandbox(OperatorsMixin, FormattingMixin, CheckedFiltersMixin, ImmutableSandboxedEnvironment):
     """transformers' chat-template environment plus the ``RenderLimits`` checks.
 
@@ -45,6 +69,7 @@ class Sandbox(OperatorsMixin, FormattingMixin, CheckedFiltersMixin, ImmutableSan
 
     intercepted_binops = frozenset({"*", "**", "%", "//"})  # "+" and "~": the instrumentation
     template_class = LimitedTemplate
+    code_generator_class = _CodeGenerator
 
     def __init__(self, limits: RenderLimits = DEFAULT_LIMITS) -> None:
         super().__init__(

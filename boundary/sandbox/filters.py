@@ -9,7 +9,7 @@ from typing import Any
 
 from boundary.errors import RenderLimitExceeded
 from boundary.sandbox.filter_estimates import PER_CHAR, est_tojson
-from boundary.sandbox.limits import CHUNK, SLOT, SMALL, Estimate
+from boundary.sandbox.limits import ACTIVE_DEADLINE, CHUNK, SLOT, SMALL, Estimate
 from boundary.sandbox.sizes import json_quick
 from boundary.sandbox.template_globals import tojson
 
@@ -50,13 +50,18 @@ class CheckedFiltersMixin:
                 return slow((), [value, *args], kwargs)
 
         elif pass_arg is None and per_char is not None:
+            cap = self._cap
 
             def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
-                if type(value) is str:
+                if type(value) is str:  # the common case, checked inline
                     n = len(value)
                     if n >= SMALL:
                         n *= per_char if per_char < 3 or not value.isascii() else 1
-                        check(what, n, n)
+                        if n > cap:
+                            raise self._too_big(what, n)
+                        deadline = ACTIVE_DEADLINE.get()
+                        if deadline is not None:
+                            deadline.charge(n)
                     return f(value, *args, **kwargs) if args or kwargs else f(value)
                 return slow((), [value, *args], kwargs)
 
@@ -127,6 +132,8 @@ class CheckedFiltersMixin:
 
         def concat(parts: Iterable[str]) -> str:
             if type(parts) is list:
+                if len(parts) == 1 and type(parts[0]) is str:
+                    return parts[0]  # what join returns: nothing is built
                 size = sum(map(len, parts))
                 if size >= SMALL:
                     check("a block's output", size, size)

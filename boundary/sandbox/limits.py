@@ -132,7 +132,12 @@ def active_deadline() -> Deadline | None:
     return ACTIVE_DEADLINE.get()
 
 
-def _release(token: Token[Deadline | None]) -> None:
+def limited(deadline: Deadline) -> Token[Deadline | None]:
+    """Make ``deadline`` the active one in this context; ``release`` the token when done."""
+    return ACTIVE_DEADLINE.set(deadline)
+
+
+def release(token: Token[Deadline | None]) -> None:
     with contextlib.suppress(ValueError):  # a render abandoned and closed from another context
         ACTIVE_DEADLINE.reset(token)
 
@@ -154,11 +159,11 @@ class LimitedTemplate(jinja2.Template):
         except Exception:
             yield self.environment.handle_exception()
         finally:
-            _release(token)
+            release(token)
 
     def render(self, *args: Any, **kwargs: Any) -> str:
         token = ACTIVE_DEADLINE.set(Deadline(getattr(self.environment, "limits", DEFAULT_LIMITS)))
         try:
             return super().render(*args, **kwargs)
         finally:
-            _release(token)
+            release(token)

@@ -8,7 +8,7 @@ from typing import Any
 
 from markupsafe import Markup
 
-from boundary.sandbox.limits import SEQUENCES, SLOT, SMALL
+from boundary.sandbox.limits import ACTIVE_DEADLINE, SEQUENCES, SLOT, SMALL
 
 
 class OperatorsMixin:
@@ -19,10 +19,14 @@ class OperatorsMixin:
         """``left + right``, refusing a string, list or tuple over ``max_string_chars`` and an
         integer over ``max_int_bits`` before it is built (the instrumentation routes ``+``
         here)."""
-        if type(left) is str and type(right) is str:
+        if type(left) is str and type(right) is str:  # the common case, checked inline
             size = len(left) + len(right)
             if size >= SMALL:
-                self.check("'+'", size, size)
+                if size > self._cap:
+                    raise self._too_big("'+'", size)
+                deadline = ACTIVE_DEADLINE.get()
+                if deadline is not None:
+                    deadline.charge(size)
             return left + right
         if type(left) is int:
             small = self._small_int
