@@ -41,7 +41,7 @@ from boundary.sandbox import (
     TemplateRaised,
     fixed_clock,
 )
-from boundary.sandbox.limits import ACTIVE_DEADLINE, limited, release
+from boundary.sandbox.limits import limited, release, tick
 
 _OPEN = "\U0010fff0"
 _CLOSE = "\U0010fff1"
@@ -102,10 +102,6 @@ def _message(_: int, site: int, item: Any) -> str:
     return _RECORDER.get().message(site, item)
 
 
-def _tick(_: int) -> str:
-    return ACTIVE_DEADLINE.get().tick()  # type: ignore[union-attr]  (set by _run)
-
-
 def _generation(_: int, start: bool) -> str:
     return _RECORDER.get().generation(start)
 
@@ -119,9 +115,10 @@ def _sandbox(limits: RenderLimits) -> Sandbox:
             ins.PROBE: _probe,
             ins.EMIT: _emit,
             ins.MESSAGE: _message,
-            ins.TICK: _tick,
+            ins.TICK: tick,
             ins.GENERATION: _generation,
             ins.CHECKED_ADD: env._checked_add,
+            ins.CHECKED_ADDS: env.checked_adds,
             ins.CHECKED_CONCAT: _concat(env),
             ins.CHECKED_SLICE: env.checked_slice,
         }

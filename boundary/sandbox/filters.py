@@ -13,6 +13,15 @@ from boundary.sandbox.limits import ACTIVE_DEADLINE, CHUNK, SLOT, SMALL, Estimat
 from boundary.sandbox.sizes import json_quick
 from boundary.sandbox.template_globals import tojson
 
+# The str method a filter applies to a plain string (jinja2's do_trim, do_upper, ... are
+# ``soft_str(value).<method>(...)``, and soft_str returns a plain string itself).
+_STR_METHODS: dict[str, Callable[..., str]] = {
+    "trim": str.strip,
+    "upper": str.upper,
+    "lower": str.lower,
+    "capitalize": str.capitalize,
+}
+
 
 class CheckedFiltersMixin:
     """Wraps filters and output in the sandbox's checks."""
@@ -51,6 +60,7 @@ class CheckedFiltersMixin:
 
         elif pass_arg is None and per_char is not None:
             cap = self._cap
+            method = _STR_METHODS.get(name)  # what f does to a plain string
 
             def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
                 if type(value) is str:  # the common case, checked inline
@@ -62,7 +72,9 @@ class CheckedFiltersMixin:
                         deadline = ACTIVE_DEADLINE.get()
                         if deadline is not None:
                             deadline.charge(n)
-                    return f(value, *args, **kwargs) if args or kwargs else f(value)
+                    if args or kwargs:
+                        return f(value, *args, **kwargs)
+                    return method(value) if method is not None else f(value)
                 return slow((), [value, *args], kwargs)
 
         elif pass_arg is None:

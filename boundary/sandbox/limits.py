@@ -60,10 +60,11 @@ class Deadline:
     moved it; the clock is read at every 16th ``tick``, every 16th ``call``, every 1024
     filter steps and every ``_WORK_PER_CLOCK`` characters built."""
 
-    __slots__ = ("_deadline", "_limits", "_next_reading", "_pulse", "_room", "_steps")
+    __slots__ = ("_deadline", "_limits", "_max_steps", "_next_reading", "_pulse", "_room", "_steps")
 
     def __init__(self, limits: RenderLimits) -> None:
         self._limits = limits
+        self._max_steps = limits.max_loop_steps
         self._steps = 0
         self._room = limits.max_total_chars  # what the render may still build
         self._next_reading = max(self._room - _WORK_PER_CLOCK, 0)
@@ -71,16 +72,19 @@ class Deadline:
         self._deadline = time.monotonic() + limits.max_seconds
 
     def tick(self) -> str:
-        """One ``{% for %}`` iteration."""
+        """One ``{% for %}`` iteration (``tick`` below is the same, for the hot path)."""
         self._steps += 1
-        if self._steps > self._limits.max_loop_steps:
-            raise RenderLimitExceeded(
-                f"more than max_loop_steps={self._limits.max_loop_steps:,} loop iterations",
-                location="template",
-            )
-        if not self._steps & 0xF:
-            self.check_time()
+        if self._steps > self._max_steps or not self._steps & 0xF:
+            self._ticked()
         return ""
+
+    def _ticked(self) -> None:
+        """Every 16th loop step, or one past the limit."""
+        if self._steps > self._max_steps:
+            raise RenderLimitExceeded(
+                f"more than max_loop_steps={self._max_steps:,} loop iterations", location="template"
+            )
+        self.check_time()
 
     def charge(self, size: int, steps: int = 0) -> None:
         """An operation that built ``size`` (see ``SLOT``) in ``steps`` Python-level steps."""
@@ -130,6 +134,16 @@ ACTIVE_DEADLINE: ContextVar[Deadline | None] = ContextVar("boundary_active_deadl
 def active_deadline() -> Deadline | None:
     """The ``Deadline`` of the sandboxed render running in this context, if one is."""
     return ACTIVE_DEADLINE.get()
+
+
+def tick(_: object = None) -> str:
+    """One ``{% for %}`` iteration of the render active in this context (the instrumentation's
+    loop step): ``Deadline.tick``, inlined, as it runs for every iteration."""
+    deadline: Any = ACTIVE_DEADLINE.get()
+    steps = deadline._steps = deadline._steps + 1
+    if steps > deadline._max_steps or not steps & 0xF:
+        deadline._ticked()
+    return ""
 
 
 def limited(deadline: Deadline) -> Token[Deadline | None]:

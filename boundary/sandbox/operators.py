@@ -45,6 +45,27 @@ class OperatorsMixin:
             self.check("'+'", size, size)
         return left + right
 
+    def checked_adds(self, left: Any, *rights: Any) -> Any:
+        """``left + r1 + r2 + ...`` (the instrumentation routes chains of ``+`` here): plain
+        strings joined at once, anything else added pairwise as ``_checked_add`` does."""
+        size = len(left) if type(left) is str else -1
+        for right in rights if size >= 0 else ():
+            if type(right) is not str:
+                size = -1
+                break
+            size += len(right)
+        if size >= 0:
+            if size >= SMALL:
+                if size > self._cap:
+                    raise self._too_big("'+'", size)
+                deadline = ACTIVE_DEADLINE.get()
+                if deadline is not None:
+                    deadline.charge(size)
+            return left + "".join(rights)
+        for right in rights:
+            left = self._checked_add(left, right)
+        return left
+
     def checked_concat(self, parts: tuple[Any, ...]) -> str:
         """``~``: ``"".join(map(str, parts))`` (jinja2's ``str_join``), refused before it is
         built when over ``max_string_chars`` (the instrumentation routes ``~`` here)."""
