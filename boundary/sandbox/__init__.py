@@ -41,11 +41,11 @@ out. Each runs once per loop step or call at most, so a render keeps at most
 ``max_loop_steps`` times what one of them builds that way. Inside ``{% autoescape true %}``
 jinja2 escapes what it prints, up to 5 times the size measured.
 
-The package, one concept a module: ``limits`` (``RenderLimits``, the ``Deadline``, the sizes),
-``sizes`` (measuring without building), ``filter_estimates`` / ``call_estimates`` (what an
-operation would build), ``operators``, ``formatting`` (``%`` and ``str.format``), ``filters``
-(the checked filters and output), ``template_globals`` (what transformers adds) and
-``environment`` (the ``Sandbox`` itself).
+The package, one concept a module: ``limits`` (``RenderLimits``, the ``Deadline``, the
+sizes), ``sizes`` (measuring without building), ``filter_estimates`` / ``text_estimates`` /
+``call_estimates`` (what an operation would build), ``operators``, ``formatting`` (``%`` and
+``str.format``), ``filters`` (the checked filters and output), ``template_globals`` (what
+transformers adds) and ``environment`` (the ``Sandbox`` itself).
 """
 
 from boundary.sandbox.environment import Sandbox

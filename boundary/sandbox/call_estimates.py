@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 from jinja2.utils import Namespace, generate_lorem_ipsum
 from markupsafe import Markup
 
-from boundary.sandbox.filter_estimates import est_case, est_escape, est_striptags
 from boundary.sandbox.limits import CHUNK, ENTRY, NOTHING, OBJECT, SLOT, Estimate
 from boundary.sandbox.sizes import (
     ASCII_SPACES,
@@ -23,6 +22,7 @@ from boundary.sandbox.sizes import (
     runs,
 )
 from boundary.sandbox.template_globals import FIXED_CLOCK_CODE, strftime_now
+from boundary.sandbox.text_estimates import est_case, est_escape, est_striptags
 
 if TYPE_CHECKING:
     from boundary.sandbox.environment import Sandbox

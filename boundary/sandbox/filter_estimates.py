@@ -1,4 +1,6 @@
-"""What each builtin filter would build, estimated from its arguments.
+"""What each builtin filter would build, estimated from its arguments: the filters over
+sequences and values here (those that build text in ``text_estimates``), and the table of
+how each filter is checked (``FILTER_CHECKS``).
 
 Each estimate takes (sandbox, args, kwargs), args[0] being the filter's value, may replace an
 argument by an equivalent one it had to build to measure it (a generator's items as a list),
@@ -10,92 +12,41 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jinja2.filters import make_attrgetter
-from jinja2.runtime import Undefined
 from markupsafe import Markup
 
-from boundary.sandbox.limits import CHUNK, NOTHING, OBJECT, SEQUENCES, SLOT, SMALL, Estimate
+from boundary.sandbox.limits import CHUNK, NOTHING, OBJECT, SEQUENCES, SLOT, Estimate
 from boundary.sandbox.sizes import (
-    ASCII_SPACES,
-    TITLE_SEPARATOR_RUN,
     VIEWS,
-    WHITESPACE_RUN,
     Measure,
     Over,
-    escaped_size,
     is_int,
     json_quick,
     length_or_none,
-    line_count,
     param,
-    runs,
     set_param,
     too_deep,
+)
+from boundary.sandbox.text_estimates import (
+    est_case,
+    est_center,
+    est_copy,
+    est_escape,
+    est_format_filter,
+    est_indent,
+    est_replace,
+    est_string,
+    est_striptags,
+    est_title_filter,
+    est_truncate,
+    est_urlencode,
+    est_urlize,
+    est_wordcount,
+    est_wordwrap,
+    est_xmlattr,
 )
 
 if TYPE_CHECKING:
     from boundary.sandbox.environment import Sandbox
-
-
-def _est_copy(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    n = env.text(args[0])
-    return n, n, 0
-
-
-def _est_string(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    return NOTHING if isinstance(args[0], str) else _est_copy(env, args, kwargs)
-
-
-def est_case(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    value = args[0]
-    n = len(value) if isinstance(value, (bytes, bytearray)) else env.text(value)
-    if not isinstance(value, (bytes, bytearray)) and not (isinstance(value, str) and value.isascii()):
-        n *= 3  # a character's case mapping is at most three characters ('ΐ'.upper())
-    return n, n, 0
-
-
-def _est_title_filter(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    n = est_case(env, args, kwargs)[0]
-    value = args[0]
-    words = 2 * runs(TITLE_SEPARATOR_RUN, value, ASCII_SPACES + "-({[<") + 1 if isinstance(value, str) else n
-    return n, 2 * n + words * OBJECT, words
-
-
-def _est_center(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    n = env.text(args[0])
-    width = param(args, kwargs, 1, "width", 80)
-    size = max(n, width) if is_int(width) else n
-    return size, size, 0
-
-
-def est_escape(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    value = args[0]
-    n = escaped_size(value) if isinstance(value, str) else 5 * env.text(value)
-    return n, n, 0
-
-
-def _est_format_filter(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    fmt = args[0]
-    if not isinstance(fmt, str):
-        n = env.text(fmt)
-        if n > env.limits.max_string_chars:
-            return n, n, 0
-        args[0] = fmt = str(fmt)  # what do_format's soft_str makes of it
-    size, fields = env.percent_size(fmt, kwargs or tuple(args[1:]))
-    return size, size, fields
-
-
-def _est_indent(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    s = args[0]
-    if not isinstance(s, str):
-        return NOTHING  # do_indent fails on anything else
-    width = param(args, kwargs, 1, "width", 4)
-    w = len(width) if isinstance(width, str) else max(width, 0) if is_int(width) else 0
-    n = len(s)
-    lines = n + 1
-    if w * lines > SMALL:
-        lines = line_count(s)  # the lines of s + "\n", which do_indent indents
-    size = n + 1 + lines * (w + 1)
-    return size, 2 * size, lines
 
 
 def _est_join_filter(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
@@ -140,30 +91,6 @@ def _est_list(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate
     elif isinstance(value, VIEWS[2]):
         fresh = n * (OBJECT + 2 * SLOT)  # (key, value) tuples
     return size, size + fresh, 0
-
-
-def _est_replace(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    texts = []
-    for index, name in ((0, "s"), (1, "old"), (2, "new")):
-        value = param(args, kwargs, index, name, NOTHING)
-        if value is NOTHING:
-            return NOTHING  # do_replace fails on the missing argument
-        if not isinstance(value, str):
-            n = env.text(value)
-            if n > env.limits.max_string_chars:
-                return n, n, 0
-            value = str(value)  # do_replace makes the same string of it
-            set_param(args, kwargs, index, name, value)
-        texts.append(value)
-    s, old, new = texts
-    occurrences = len(s) + 1 if not old else s.count(old)
-    count = param(args, kwargs, 3, "count")
-    if is_int(count) and count >= 0:
-        occurrences = min(occurrences, count)
-    size = len(s) + occurrences * max(len(new) - len(old), 0)
-    if any(isinstance(t, Markup) for t in texts):
-        size = 5 * (len(s) + occurrences * len(new))
-    return size, size, 0
 
 
 def _est_reverse(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
@@ -316,92 +243,6 @@ def _est_pprint(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estima
     return total, total, elements * (depth + 1) + measure.nodes
 
 
-def est_striptags(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    value = args[0]
-    if not isinstance(value, str):
-        n = env.text(value)
-        if n > env.limits.max_string_chars or hasattr(value, "__html__"):
-            return n, n * 3, 0
-        args[0] = value = str(value)  # what do_striptags makes of it
-    n = len(value)
-    tags = value.count("<")
-    # markupsafe removes one comment or tag at a time, rebuilding the string each time
-    return n, n * (tags + 3), tags
-
-
-def _est_truncate(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    size = env.text(args[0]) + env.text(param(args, kwargs, 4, "end", "..."))
-    return size, 2 * size, 0
-
-
-def _url_size(env: Sandbox, value: Any) -> int:
-    if isinstance(value, (bytes, bytearray)):
-        return 3 * len(value)
-    n = env.text(value)
-    return 3 * n if isinstance(value, str) and value.isascii() else 12 * n  # %XX per UTF-8 byte
-
-
-def _est_urlencode(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    value = args[0]
-    if isinstance(value, str) or not isinstance(value, Iterable):
-        n = _url_size(env, value)
-        return n, n, 0
-    value = args[0] = env.materialized(value)
-    size = 0
-    for pair in value.items() if isinstance(value, dict) else value:
-        k, v = pair
-        size += _url_size(env, k) + _url_size(env, v) + 2
-    n = length_or_none(value) or 0
-    return size, size + n * OBJECT, n
-
-
-def _est_urlize(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    value = args[0]
-    n = env.text(value)
-    words = runs(WHITESPACE_RUN, value, ASCII_SPACES) + 1 if isinstance(value, str) else n // 2 + 1
-    per_link = 96 + env.text(param(args, kwargs, 3, "target")) + env.text(param(args, kwargs, 4, "rel"))
-    size = 10 * n + words * per_link  # the text escaped, each link's URL twice, the attributes
-    return size, size + words * OBJECT, words
-
-
-def _est_wordcount(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    value = args[0]
-    n = env.text(value)
-    words = n // 2 + 1  # a word and the character after it
-    return words * SLOT, n + words * (SLOT + OBJECT), 0
-
-
-def _est_wordwrap(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    s = args[0]
-    if not isinstance(s, str):
-        return NOTHING  # do_wordwrap fails on anything else
-    n = len(s)
-    wrapstring = param(args, kwargs, 3, "wrapstring")
-    joint = env.text(env.newline_sequence if wrapstring is None else wrapstring)
-    paragraphs = line_count(s)
-    lines = n + paragraphs  # every line but an empty paragraph's holds a character
-    width = param(args, kwargs, 1, "width", 79)
-    chunks = (
-        2 * runs(WHITESPACE_RUN, s, ASCII_SPACES)
-        + s.count("-")
-        + n // max(width if is_int(width) else 1, 1)
-        + 2
-    )
-    size = n + lines * joint
-    return size, 2 * size + chunks * OBJECT, chunks + paragraphs
-
-
-def _est_xmlattr(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    d = args[0]
-    if not isinstance(d, Mapping):
-        return NOTHING
-    size = 1
-    for k, v in d.items():
-        if v is not None and not isinstance(v, Undefined):
-            size += 5 * (env.text(k) + env.text(v)) + 4
-    return size, size + len(d) * OBJECT, len(d)
-
-
 def _est_round(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
     value = args[0]
     precision = param(args, kwargs, 1, "precision", 0)
@@ -421,18 +262,18 @@ def _est_round(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimat
 # nothing (length, first, default, attr, items ...).
 FILTER_CHECKS: dict[str, tuple[Callable[[Any, list[Any], dict[str, Any]], Estimate], str]] = {
     **dict.fromkeys(("upper", "lower", "capitalize"), (est_case, "")),
-    **dict.fromkeys(("trim", "safe"), (_est_copy, "")),
+    **dict.fromkeys(("trim", "safe"), (est_copy, "")),
     **dict.fromkeys(("escape", "e", "forceescape"), (est_escape, "")),
     **dict.fromkeys(("max", "min"), (_est_min_max, "")),
     **dict.fromkeys(("map", "select", "reject", "selectattr", "rejectattr"), (lambda *_: NOTHING, "step")),
-    "string": (_est_string, ""),
-    "title": (_est_title_filter, ""),
-    "center": (_est_center, ""),
-    "format": (_est_format_filter, ""),
-    "indent": (_est_indent, ""),
+    "string": (est_string, ""),
+    "title": (est_title_filter, ""),
+    "center": (est_center, ""),
+    "format": (est_format_filter, ""),
+    "indent": (est_indent, ""),
     "join": (_est_join_filter, ""),
     "list": (_est_list, ""),
-    "replace": (_est_replace, ""),
+    "replace": (est_replace, ""),
     "reverse": (_est_reverse, "after"),
     "batch": (_est_batch, ""),
     "slice": (_est_slice, ""),
@@ -443,12 +284,12 @@ FILTER_CHECKS: dict[str, tuple[Callable[[Any, list[Any], dict[str, Any]], Estima
     "sum": (_est_sum, ""),
     "pprint": (_est_pprint, ""),
     "striptags": (est_striptags, ""),
-    "truncate": (_est_truncate, ""),
-    "urlencode": (_est_urlencode, ""),
-    "urlize": (_est_urlize, ""),
-    "wordcount": (_est_wordcount, ""),
-    "wordwrap": (_est_wordwrap, ""),
-    "xmlattr": (_est_xmlattr, ""),
+    "truncate": (est_truncate, ""),
+    "urlencode": (est_urlencode, ""),
+    "urlize": (est_urlize, ""),
+    "wordcount": (est_wordcount, ""),
+    "wordwrap": (est_wordwrap, ""),
+    "xmlattr": (est_xmlattr, ""),
     "round": (_est_round, ""),
     "int": (lambda *_: NOTHING, "after"),
 }

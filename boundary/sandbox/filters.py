@@ -59,23 +59,7 @@ class CheckedFiltersMixin:
                 return slow((), [value, *args], kwargs)
 
         elif pass_arg is None and per_char is not None:
-            cap = self._cap
-            method = _STR_METHODS.get(name)  # what f does to a plain string
-
-            def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
-                if type(value) is str:  # the common case, checked inline
-                    n = len(value)
-                    if n >= SMALL:
-                        n *= per_char if per_char < 3 or not value.isascii() else 1
-                        if n > cap:
-                            raise self._too_big(what, n)
-                        deadline = ACTIVE_DEADLINE.get()
-                        if deadline is not None:
-                            deadline.charge(n)
-                    if args or kwargs:
-                        return f(value, *args, **kwargs)
-                    return method(value) if method is not None else f(value)
-                return slow((), [value, *args], kwargs)
+            checked = self._per_char_filter(name, f, per_char, slow)
 
         elif pass_arg is None:
 
@@ -89,6 +73,31 @@ class CheckedFiltersMixin:
 
             checked.jinja_pass_arg = pass_arg  # type: ignore[attr-defined]
         return update_wrapper(checked, f)
+
+    def _per_char_filter(
+        self, name: str, f: Callable[..., Any], per_char: int, slow: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """A filter that builds ``per_char`` times a plain string's length (3: case mappings,
+        exact for ASCII), checked inline for plain strings, by ``slow`` for anything else."""
+        cap, what = self._cap, f"the {name} filter"
+        method = _STR_METHODS.get(name)  # what f does to a plain string
+
+        def checked(value: Any, *args: Any, **kwargs: Any) -> Any:
+            if type(value) is str:  # the common case, checked inline
+                n = len(value)
+                if n >= SMALL:
+                    n *= per_char if per_char < 3 or not value.isascii() else 1
+                    if n > cap:
+                        raise self._too_big(what, n)
+                    deadline = ACTIVE_DEADLINE.get()
+                    if deadline is not None:
+                        deadline.charge(n)
+                if args or kwargs:
+                    return f(value, *args, **kwargs)
+                return method(value) if method is not None else f(value)
+            return slow((), [value, *args], kwargs)
+
+        return checked
 
     def _checked_tojson(self) -> Callable[..., str]:
         """transformers' ``tojson`` behind its estimate (the filter chat templates call most,

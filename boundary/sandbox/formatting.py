@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import update_wrapper
 from types import BuiltinMethodType, MethodType
 from typing import TYPE_CHECKING, Any
@@ -79,64 +80,30 @@ class FormattingMixin:
             values if hasattr(type(values), "__getitem__") and not isinstance(values, (tuple, str)) else None
         )
         cap = self.limits.max_string_chars
-        total, fields, argi, i, n = len(text), 0, 0, 0, len(text)
-
-        def number(start: int) -> tuple[int, int]:
-            end = start
-            while end < n and "0" <= text[end] <= "9":
-                end += 1
-            digits = text[start:end]
-            return (int(digits) if len(digits) <= 18 else cap + 1) if digits else 0, end
-
+        total, fields, argi, i = len(text), 0, 0, 0
         while total <= cap:
             i = text.find("%", i)
-            if i < 0 or i + 1 >= n:
+            if i < 0 or i + 1 >= len(text):
                 break
-            start = i
-            i += 1
-            key = None
-            if text[i] == "(":
-                depth, j = 1, i + 1
-                while j < n and depth:
-                    depth += {"(": 1, ")": -1}.get(text[j], 0)
-                    j += 1
-                if depth:
-                    break
-                key, i = text[i + 1 : j - 1], j
-            while i < n and text[i] in "-+ #0":
-                i += 1
-            if i < n and text[i] == "*":
-                width = positional[argi] if argi < len(positional) else 0
-                argi, i = argi + 1, i + 1
-            else:
-                width, i = number(i)
-            precision = None
-            if i < n and text[i] == ".":
-                i += 1
-                if i < n and text[i] == "*":
-                    precision = positional[argi] if argi < len(positional) else 0
-                    argi, i = argi + 1, i + 1
-                else:
-                    precision, i = number(i)
-            if i < n and text[i] in "hlL":
-                i += 1
-            if i >= n:
+            field = _percent_spec(text, i + 1, positional, argi, cap)
+            if field is None:
                 break
-            conversion = text[i]
-            i += 1
-            total -= i - start  # the field's spec is replaced by what it formats
-            if conversion == "%":
+            total -= field.end - i  # the field's spec is replaced by what it formats
+            i, argi = field.end, field.argi
+            if field.conversion == "%":
                 total += 1
                 continue
             fields += 1
             try:
+                key = field.key
                 value = mapping[key] if key is not None and mapping is not None else positional[argi]
             except Exception:  # the formatting fails at this field itself, having built the rest
                 break
             if key is None:
                 argi += 1
-            base = self._percent_field(conversion, value, precision if is_int(precision) else None)
-            total += max(abs(width) if is_int(width) else 0, escape * base)
+            precision = field.precision if is_int(field.precision) else None
+            base = self._percent_field(field.conversion, value, precision)
+            total += max(abs(field.width) if is_int(field.width) else 0, escape * base)
         return total, fields
 
     def _percent_field(self, conversion: str, value: Any, precision: int | None) -> int:
@@ -188,3 +155,59 @@ class FormattingMixin:
             return str_type(vformat(f_self, args, kwargs))
 
         return update_wrapper(wrapper, value)
+
+
+@dataclass(frozen=True, slots=True)
+class _PercentSpec:
+    """One ``%`` field's spec: mapping key, width and precision (as written or read from the
+    values for ``*``), conversion character, where the spec ends and the next positional
+    value's index."""
+
+    key: str | None
+    width: Any
+    precision: Any
+    conversion: str
+    end: int
+    argi: int
+
+
+def _percent_spec(text: str, i: int, positional: tuple[Any, ...], argi: int, cap: int) -> _PercentSpec | None:
+    """The field spec starting at ``text[i]`` (just after its ``%``); None if it is cut short."""
+    n = len(text)
+
+    def number(start: int) -> tuple[int, int]:
+        end = start
+        while end < n and "0" <= text[end] <= "9":
+            end += 1
+        digits = text[start:end]
+        return (int(digits) if len(digits) <= 18 else cap + 1) if digits else 0, end
+
+    key = None
+    if text[i] == "(":
+        depth, j = 1, i + 1
+        while j < n and depth:
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            j += 1
+        if depth:
+            return None
+        key, i = text[i + 1 : j - 1], j
+    while i < n and text[i] in "-+ #0":
+        i += 1
+    if i < n and text[i] == "*":
+        width: Any = positional[argi] if argi < len(positional) else 0
+        argi, i = argi + 1, i + 1
+    else:
+        width, i = number(i)
+    precision: Any = None
+    if i < n and text[i] == ".":
+        i += 1
+        if i < n and text[i] == "*":
+            precision = positional[argi] if argi < len(positional) else 0
+            argi, i = argi + 1, i + 1
+        else:
+            precision, i = number(i)
+    if i < n and text[i] in "hlL":
+        i += 1
+    if i >= n:
+        return None
+    return _PercentSpec(key, width, precision, text[i], i + 1, argi)

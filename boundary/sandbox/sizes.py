@@ -128,6 +128,14 @@ class Measure:
             return known
         if key in self.open:
             return 5, 0, 0, 0, 0
+        result = self._container_stats(key, prefix, items, mapping)
+        self.memo[key] = result
+        return result
+
+    def _container_stats(
+        self, key: int, prefix: int, items: Iterable[Any], mapping: bool
+    ) -> tuple[int, int, int, int, int]:
+        """``stats`` of a container (``key`` its id) printed as ``prefix`` plus ``items``."""
         self.open.add(key)
         try:
             size, elements, depth, longest, breaks = prefix, 0, 0, 0, 0
@@ -150,9 +158,7 @@ class Measure:
             self.nodes += count
         finally:
             self.open.discard(key)
-        result = (size, elements, depth + 1, longest, breaks)
-        self.memo[key] = result
-        return result
+        return size, elements, depth + 1, longest, breaks
 
     def json(
         self, x: Any, indent: int | None, item_sep: int, key_sep: int, ascii: bool, depth: int = 0
