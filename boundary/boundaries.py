@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.errors import TokenizerError
@@ -65,7 +67,7 @@ class Rendering:
     def p_end(self) -> TokenOffset:
         return TokenOffset(len(self.token_ids))
 
-    def boundary_at(self, char: int) -> Boundary:
+    def boundary_at(self, char: CharOffset) -> Boundary:
         """The deepest token boundary at or before text position ``char``."""
         return locate(self.token_map, char)
 
@@ -101,8 +103,9 @@ def control_token_pattern(control_tokens: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
 
 
-def mark_control_tokens(obj: object, pattern: re.Pattern[str]) -> object:
-    """Wrap control tokens in every string of ``obj`` (dict keys excepted) in markers."""
+def mark_control_tokens(obj: object, pattern: re.Pattern[str]) -> Any:
+    """Wrap control tokens in every string of ``obj`` (dict keys excepted) in markers; ``obj``'s
+    shape is kept, tuples coming back as lists."""
     if isinstance(obj, str):
         obj = obj.replace(CONTROL_START, "").replace(CONTROL_END, "")
         return pattern.sub(f"{CONTROL_START}\\g<0>{CONTROL_END}", obj)
@@ -120,7 +123,7 @@ def encode_rendering_sanitized(
     parts = markers.split(rendered.text)  # [text, token-or-None, text, token-or-None, ..., text]
     newline = tokenizer.encode_ids("\n")
     ids: list[int] = []
-    pieces: list[tuple[int, int, TokenMap]] = []
+    pieces: list[tuple[CharOffset, TokenOffset, TokenMap]] = []
     raw_starts: list[int] = []  # where each kept piece starts in the marked text
     final_starts: list[int] = []
     raw_pos = final_pos = 0
@@ -135,7 +138,7 @@ def encode_rendering_sanitized(
             piece_ids, piece_map = _encode_piece(tokenizer, part, as_text, first=(i == 0), newline=newline)
             if as_text and tokenizer.token_to_id(part) in piece_ids:
                 raise TokenizerError(f"can't sanitize {part!r}: the tokenizer produces it from plain text")
-            pieces.append((final_pos, len(ids), piece_map))
+            pieces.append((CharOffset(final_pos), TokenOffset(len(ids)), piece_map))
             raw_starts.append(raw_pos)
             final_starts.append(final_pos)
             ids.extend(piece_ids)
@@ -143,38 +146,46 @@ def encode_rendering_sanitized(
         final_pos += len(part)
     text = "".join(p for i, p in enumerate(parts) if p)
 
-    def to_final(raw: int) -> int:
+    def to_final(raw: CharOffset) -> CharOffset:
         k = bisect_right(raw_starts, raw) - 1
         if k < 0:
-            return 0
-        return final_starts[k] + min(raw - raw_starts[k], _piece_len(pieces, k, final_pos))
+            return CharOffset(0)
+        return CharOffset(final_starts[k] + min(raw - raw_starts[k], _piece_len(pieces, k, final_pos)))
 
     return assemble(rendered, text, ids, PiecewiseTokenMap(pieces, len(text), len(ids)), to_final)
 
 
-def _piece_len(pieces: list[tuple[int, int, TokenMap]], k: int, total: int) -> int:
+def _piece_len(pieces: list[tuple[CharOffset, TokenOffset, TokenMap]], k: int, total: int) -> int:
     return (pieces[k + 1][0] if k + 1 < len(pieces) else total) - pieces[k][0]
 
 
-def _encode_piece(tokenizer: Tokenizer, piece: str, as_text: bool, *, first: bool, newline: list[int]):
+def _encode_piece(
+    tokenizer: Tokenizer, piece: str, as_text: bool, *, first: bool, newline: list[int]
+) -> tuple[list[int], TokenMap]:
     encode = tokenizer.encode_as_text if as_text else tokenizer.encode
     if not first:
         enc = encode("\n" + piece)
         if enc.ids[: len(newline)] == newline:
-            return enc.ids[len(newline) :], ShiftedTokenMap(enc.token_map, 1, len(newline))
+            return enc.ids[len(newline) :], ShiftedTokenMap(
+                enc.token_map, CharOffset(1), TokenOffset(len(newline))
+            )
     enc = encode(piece)
     return enc.ids, enc.token_map
 
 
-def assemble(rendered: TextRendering, text: str, ids: list[int], token_map: TokenMap, to_final) -> Rendering:
+def assemble(
+    rendered: TextRendering,
+    text: str,
+    ids: list[int],
+    token_map: TokenMap,
+    to_final: Callable[[CharOffset], CharOffset],
+) -> Rendering:
     """A ``Rendering`` of ``rendered``'s boundaries over ``ids``; ``to_final`` maps a char position
     of the rendered text onto ``text`` (they differ only when control-token markers were removed)."""
     if rendered.input_end is None:
         input_end = Boundary.unavailable(rendered.input_end_reason or "unavailable")
     else:
         input_end = locate(token_map, to_final(rendered.input_end))
-    starts = tuple(None if s is None else CharOffset(to_final(s)) for s in rendered.message_starts)
-    spans = tuple(
-        Span(CharOffset(to_final(s.start)), CharOffset(to_final(s.end))) for s in rendered.generation_spans
-    )
+    starts = tuple(None if s is None else to_final(s) for s in rendered.message_starts)
+    spans = tuple(Span(to_final(s.start), to_final(s.end)) for s in rendered.generation_spans)
     return Rendering(text, ids, input_end, starts, spans, token_map)

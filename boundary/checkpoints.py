@@ -22,7 +22,7 @@ class CheckpointKind(StrEnum):
     REACTIVE = "reactive"  # a shared-prefix junction learned from a later request
 
 
-def materialize(logical: int, unit: int) -> TokenOffset:
+def materialize(logical: TokenOffset, unit: int) -> TokenOffset:
     """The deepest multiple of ``unit`` at or before ``logical``."""
     if unit < 1:
         raise ValueError(f"prefix_match_unit must be >= 1, got {unit}")
@@ -41,5 +41,5 @@ class Checkpoint:
     unit: int
 
     @classmethod
-    def at(cls, kind: CheckpointKind, logical: int, unit: int) -> Checkpoint:
-        return cls(kind, TokenOffset(logical), materialize(logical, unit), unit)
+    def at(cls, kind: CheckpointKind, logical: TokenOffset, unit: int) -> Checkpoint:
+        return cls(kind, logical, materialize(logical, unit), unit)

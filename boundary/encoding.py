@@ -91,8 +91,8 @@ class Cut:
     """A safe cut: ``tokens[:token]`` encode exactly ``text[:char]``, and the text from ``char``
     on encodes on its own, whatever follows ``char + lookahead`` (see the module docstring)."""
 
-    char: int
-    token: int
+    char: CharOffset
+    token: TokenOffset
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +162,9 @@ class CutRule:
                 continue
             start, end = chars
             if token_id in self.starts and (not out or out[-1].char != start):
-                out.append(Cut(start, i))
+                out.append(Cut(CharOffset(start), TokenOffset(i)))
             if token_id in self.ends:
-                out.append(Cut(end, i + 1))
+                out.append(Cut(CharOffset(end), TokenOffset(i + 1)))
         return out
 
 
@@ -312,10 +312,10 @@ class SegmentEncoder:
             if start > pos:
                 segment = text[pos:start]
                 ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
-            cuts.append(Cut(start, len(ids)))
+            cuts.append(Cut(CharOffset(start), TokenOffset(len(ids))))
             ids.append(self._added[match.group()])
             pos = match.end()
-            cuts.append(Cut(pos, len(ids)))
+            cuts.append(Cut(CharOffset(pos), TokenOffset(len(ids))))
         if pos < len(text):
             segment = text[pos:]
             ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
@@ -343,13 +343,13 @@ class CutTokenMap:
         self._n_tokens = n_tokens
         self._segment_map = segment_map
 
-    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+    def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
         if char >= self._n_chars:
             return TokenOffset(self._n_tokens), CharOffset(self._n_chars)
         i = bisect_right(self._chars, char) - 1
-        start = self._cuts[i] if i >= 0 else Cut(0, 0)
+        start = self._cuts[i] if i >= 0 else Cut(CharOffset(0), TokenOffset(0))
         if start.char == char:
-            return TokenOffset(start.token), CharOffset(char)
+            return start.token, char
         end = self._chars[i + 1] if i + 1 < len(self._chars) else self._n_chars
-        token, at = self._segment_map(self._text[start.char : end]).floor(char - start.char)
+        token, at = self._segment_map(self._text[start.char : end]).floor(CharOffset(char - start.char))
         return TokenOffset(start.token + token), CharOffset(start.char + at)

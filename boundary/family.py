@@ -456,7 +456,7 @@ class Family:
 
     def render_text(
         self,
-        messages: list[dict[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool | None = None,
         *,

@@ -170,7 +170,7 @@ class _Builder:
         self.eval_ctx = EvalContext(env)
 
     def build(self, node: nodes.Node) -> Evaluator:
-        method = getattr(self, f"_{type(node).__name__}", None)
+        method: Callable[[nodes.Node], Evaluator] | None = getattr(self, f"_{type(node).__name__}", None)
         if method is None:
             kind = type(node).__name__
 

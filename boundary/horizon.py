@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from boundary.offsets import BoundaryStatus
+from boundary.offsets import BoundaryStatus, CharOffset
 from boundary.outputs import ParsedOutput, RegionKind, output_format
 from boundary.outputs.formats.xml_calls import PARAMETERS, written_parameters
 from boundary.outputs.reasoning import Prefill
@@ -93,7 +93,7 @@ class _Positions:
     def token(self, char: int) -> int:
         p_char = len(self.prompt.text)
         if char <= p_char:
-            return int(self.prompt.boundary_at(char).token or 0)
+            return int(self.prompt.boundary_at(CharOffset(char)).token or 0)
         if self._ends is None:
             decode = self.family.tokenizer.decode
             ends, total = [], 0

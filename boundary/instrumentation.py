@@ -34,8 +34,9 @@ per compile), and ``Node.find_all`` does not yield the node itself.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeGuard, cast
 
 from jinja2 import nodes
 from jinja2.visitor import NodeTransformer
@@ -87,7 +88,7 @@ def _reads_flag(node: nodes.Node) -> bool:
     return next(_names(node), None) is not None
 
 
-def _call(filter_name: str, subject: nodes.Expr, args: list[nodes.Expr], lineno: int) -> nodes.Filter:
+def _call(filter_name: str, subject: nodes.Expr, args: Sequence[nodes.Expr], lineno: int) -> nodes.Filter:
     return nodes.Filter(subject, filter_name, args, [], None, None, lineno=lineno)
 
 
@@ -105,7 +106,7 @@ def _unchain_elif(node: nodes.If) -> nodes.If:
     return nodes.If(node.test, node.body, [], [_unchain_elif(inner)], lineno=node.lineno)
 
 
-def _is_generation_block(node: nodes.Node) -> bool:
+def _is_generation_block(node: nodes.Node) -> TypeGuard[nodes.CallBlock]:
     return (
         isinstance(node, nodes.CallBlock)
         and isinstance(node.call.node, nodes.ExtensionAttribute)
@@ -181,7 +182,7 @@ class _Instrument(NodeTransformer):
 
     def visit_If(self, node: nodes.If) -> nodes.Node:
         node = _unchain_elif(node)
-        original = copy.deepcopy(node.test)
+        original = cast(nodes.Expr, copy.deepcopy(node.test))  # the parser makes every test an Expr
         node.test = self.visit(node.test)
         node.body = self._visit_body(node.body)
         node.else_ = self._visit_body(node.else_)
@@ -191,7 +192,7 @@ class _Instrument(NodeTransformer):
         self.probes.append(ProbeSite(site, original, node.lineno))
         names = [nodes.Name(n, "load", lineno=node.lineno) for n in test_names(original)]
         flipped = _call(FLIP, nodes.Const(site), names, node.lineno)
-        node.test = _call(PROBE, flipped, [node.test], node.lineno)
+        node.test = _call(PROBE, flipped, [cast(nodes.Expr, node.test)], node.lineno)
         node.body = [_mark(EMIT, [], node.lineno), *node.body]
         node.else_ = [_mark(EMIT, [], node.lineno), *node.else_]
         return node
@@ -285,13 +286,15 @@ def _message_names(tree: nodes.Template) -> frozenset[str]:
     """``messages`` and every variable assigned from an expression that reads it (e.g.
     ``loop_messages = messages[1:]``): the iterables a message loop can run over."""
     names = {"messages"}
-    assigns = [a for a in tree.find_all(nodes.Assign) if isinstance(a.target, nodes.Name)]
+    assigns = [
+        (a.target.name, a.node) for a in tree.find_all(nodes.Assign) if isinstance(a.target, nodes.Name)
+    ]
     changed = True
     while changed:
         changed = False
-        for a in assigns:
-            if a.target.name not in names and _reads_any(a.node, frozenset(names)):
-                names.add(a.target.name)
+        for target, value in assigns:
+            if target not in names and _reads_any(value, frozenset(names)):
+                names.add(target)
                 changed = True
     return frozenset(names)
 
@@ -331,7 +334,7 @@ class _FlagUse:
             else:
                 self.statement(child, captured)
 
-    def _expression(self, expr: nodes.Expr, *, inside_test: bool) -> None:
+    def _expression(self, expr: nodes.Node, *, inside_test: bool) -> None:
         for name in _names(expr, ctx=None):
             if name.ctx != "load":
                 self._flag(name.lineno, "rebound by the template")
@@ -356,7 +359,7 @@ def _is_default_idiom(node: nodes.If) -> bool:
     )
     if not defined or node.elif_ or node.else_:
         return False
-    return (test.name == "defined") == negated
+    return isinstance(test, nodes.Test) and (test.name == "defined") == negated
 
 
 def instrument(tree: nodes.Template) -> Instrumented:

@@ -55,7 +55,7 @@ class Boundary:
 class TokenMap(Protocol):
     """Maps character positions of a text onto the token boundaries of its encoding."""
 
-    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+    def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
         """The deepest token boundary at or before ``char`` and the char position it lies at."""
         ...
 
@@ -75,7 +75,7 @@ class OffsetsTokenMap:
         self._ends = [e for _, e in offsets]
         self._n_chars = n_chars
 
-    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+    def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
         if char >= self._n_chars:
             return TokenOffset(len(self._ends)), CharOffset(self._n_chars)
         k = bisect_right(self._ends, char)
@@ -92,20 +92,22 @@ class PiecewiseTokenMap:
 
     __slots__ = ("_char_starts", "_maps", "_n_chars", "_n_tokens", "_token_starts")
 
-    def __init__(self, pieces: list[tuple[int, int, TokenMap]], n_chars: int, n_tokens: int) -> None:
+    def __init__(
+        self, pieces: list[tuple[CharOffset, TokenOffset, TokenMap]], n_chars: int, n_tokens: int
+    ) -> None:
         self._char_starts = [c for c, _, _ in pieces]
         self._token_starts = [t for _, t, _ in pieces]
         self._maps = [m for _, _, m in pieces]
         self._n_chars = n_chars
         self._n_tokens = n_tokens
 
-    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+    def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
         if char >= self._n_chars:
             return TokenOffset(self._n_tokens), CharOffset(self._n_chars)
         i = bisect_right(self._char_starts, char) - 1
         if i < 0:
             return TokenOffset(0), CharOffset(0)
-        token, at = self._maps[i].floor(char - self._char_starts[i])
+        token, at = self._maps[i].floor(CharOffset(char - self._char_starts[i]))
         return TokenOffset(self._token_starts[i] + token), CharOffset(self._char_starts[i] + at)
 
 
@@ -115,16 +117,16 @@ class ShiftedTokenMap:
 
     __slots__ = ("_chars", "_inner", "_tokens")
 
-    def __init__(self, inner: TokenMap, chars: int, tokens: int) -> None:
+    def __init__(self, inner: TokenMap, chars: CharOffset, tokens: TokenOffset) -> None:
         self._inner, self._chars, self._tokens = inner, chars, tokens
 
-    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
-        token, at = self._inner.floor(char + self._chars)
+    def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
+        token, at = self._inner.floor(CharOffset(char + self._chars))
         if token < self._tokens:
             return TokenOffset(0), CharOffset(0)
         return TokenOffset(token - self._tokens), CharOffset(at - self._chars)
 
 
-def locate(token_map: TokenMap, char: int) -> Boundary:
+def locate(token_map: TokenMap, char: CharOffset) -> Boundary:
     token, at = token_map.floor(char)
-    return Boundary(BoundaryStatus.FOUND, char=CharOffset(char), token=token, token_char=at)
+    return Boundary(BoundaryStatus.FOUND, char=char, token=token, token_char=at)

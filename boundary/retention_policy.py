@@ -22,8 +22,11 @@ Variants (reactive shared-prefix junctions are always kept by the engine itself)
 What upstream keeps anyway: the state at P_end's block floor (vLLM's reachable-block mask
 keeps the state block its replay boundary ends in). It is the kind ``prompt_end_block`` and
 is counted apart from P_end; at ``unit == block`` it is P_end's own position and the one state
-carries both labels. ``EngineGeometry.upstream_twin=False`` drops it (an engine that keeps
-only what the variant asks for).
+carries both labels. Kernels that export the prompt checkpoint from inside the last chunk
+(GDN on FlashInfer) at a unit finer than the block keep P_end's unit tail instead of the block
+floor (``EngineGeometry.exported_twin``): the twin then sits at P_end's own position.
+``EngineGeometry.upstream_twin=False`` drops it (an engine that keeps only what the variant
+asks for).
 
 Materialization (vLLM 0.33.0 align mode): a prompt-side state at logical ``n`` lands on
 ``floor(n / unit) * unit`` (a prefill chunk ends there); P_end's anchor is ``P_end - 1`` (the
@@ -91,12 +94,14 @@ class Phase(StrEnum):
 class EngineGeometry:
     """``block_size``: the align-mode block; ``unit``: ``prefix_match_unit`` (divides the
     block); ``decode_states``: where output-side states can exist; ``upstream_twin``: keep
-    P_end's block twin as upstream does."""
+    P_end's block twin as upstream does; ``exported_twin``: upstream's twin is P_end's unit
+    tail (kernels that export the prompt checkpoint, at a unit finer than the block)."""
 
     block_size: int
     unit: int
     decode_states: DecodeStates = DecodeStates.BLOCK
     upstream_twin: bool = True
+    exported_twin: bool = False
 
     def __post_init__(self) -> None:
         if self.unit < 1 or self.block_size % self.unit:
@@ -172,6 +177,13 @@ def twin_position(p_end: int, block_size: int) -> int:
     return prompt_position(p_end - 1, block_size)
 
 
+def upstream_position(p_end: int, geometry: EngineGeometry) -> int:
+    """Where upstream keeps P_end's twin on ``geometry``."""
+    if geometry.exported_twin:
+        return prompt_end_position(p_end, geometry.unit)
+    return twin_position(p_end, geometry.block_size)
+
+
 def decode_position(logical: int, p_end: int, geometry: EngineGeometry) -> int:
     """Where an output-side state wanted at ``logical >= p_end`` exists (0: nowhere)."""
     if geometry.decode_states is DecodeStates.NONE:
@@ -221,7 +233,7 @@ def _twin_reach(b: RequestBoundaries, g: EngineGeometry) -> tuple[int, float]:
     before U_end (or the horizon), else only when the output round-trips."""
     if not g.upstream_twin:
         return 0, 0.0
-    twin = twin_position(b.p_end, g.block_size)
+    twin = upstream_position(b.p_end, g)
     stable = b.horizon if b.horizon is not None else b.u_end
     if stable is not None and twin <= stable:
         return twin, 1.0
@@ -301,7 +313,7 @@ def decide(variant: Variant | str, request: RequestBoundaries, geometry: EngineG
     for c in _chosen(v, request, geometry):
         keep(c.position, c.kind, c.phase)
     if geometry.upstream_twin:
-        keep(twin_position(request.p_end, geometry.block_size), StateKind.PROMPT_END_BLOCK, Phase.PREFILL)
+        keep(upstream_position(request.p_end, geometry), StateKind.PROMPT_END_BLOCK, Phase.PREFILL)
     return Decision(tuple(Keep(p, tuple(k), phase) for p, (k, phase) in sorted(kinds.items())))
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.errors import TemplateRenderError
-from boundary.offsets import BoundaryStatus
+from boundary.offsets import BoundaryStatus, CharOffset, TokenOffset
 from boundary.outputs import GeneratedOutput, ParsedOutput, RegionKind, output_format, parse_output
 from boundary.outputs.model import OutputStatus
 from boundary.prefixes import common_prefix_length, common_prefix_packed, packed
@@ -212,7 +212,7 @@ def checkpoints(prompt: Rendering, d_end: int, unit: int) -> tuple[Checkpoint, .
     out = [Checkpoint.at(CheckpointKind.PROMPT_END, prompt.p_end, unit)]
     if prompt.u_end is not None:
         out.append(Checkpoint.at(CheckpointKind.INPUT_END, prompt.u_end, unit))
-    out.append(Checkpoint.at(CheckpointKind.DECODE_END, prompt.p_end + d_end, unit))
+    out.append(Checkpoint.at(CheckpointKind.DECODE_END, TokenOffset(prompt.p_end + d_end), unit))
     return tuple(out)
 
 
@@ -248,7 +248,7 @@ def _token_ends_by(rendering: Rendering, token: int, char: int) -> bool:
     """Token ``token`` of ``rendering`` ends at or before text position ``char``."""
     if token >= len(rendering.token_ids):
         return True
-    return int(rendering.boundary_at(char).token or 0) > token
+    return int(rendering.boundary_at(CharOffset(char)).token or 0) > token
 
 
 def _token_ends_by_a(
@@ -257,7 +257,7 @@ def _token_ends_by_a(
     """The same for ``prompt + generated`` (generated tokens measured by decoding them)."""
     p = len(prompt.token_ids)
     if token < p:
-        return char >= len(prompt.text) or int(prompt.boundary_at(char).token or 0) > token
+        return char >= len(prompt.text) or int(prompt.boundary_at(CharOffset(char)).token or 0) > token
     return len(prompt.text) + len(family.tokenizer.decode(list(generated[: token - p + 1]))) <= char
 
 
@@ -466,7 +466,7 @@ def verify_round_trip(
     render_kwargs: dict[str, Any] = {"variant": variant, "arguments": habits.arguments, **template_kwargs}
     prompt = family.render(messages, tools, True, now=now, **render_kwargs)
     parsed = parse_output(family, ids, prompt, tools=tools, variant=variant, template_kwargs=template_kwargs)
-    roles = [m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None) for m in messages]
+    roles = [str(m.get("role") if isinstance(m, Mapping) else getattr(m, "role", None)) for m in messages]
 
     def probe(
         continuation: Continuation, probe_messages: Sequence[Any], probe_tools: Sequence[Any] | None

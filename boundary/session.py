@@ -30,7 +30,7 @@ from pydantic import BaseModel
 
 from boundary.boundaries import Rendering, assemble
 from boundary.encoding import Cut, CutTokenMap
-from boundary.offsets import TokenMap
+from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
 from boundary.protocol import (
     ArgumentsForm,
@@ -137,7 +137,7 @@ class Session:
         self, messages: Sequence[Any], arguments: ArgumentsForm, strict: bool = False
     ) -> list[dict[str, Any]]:
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
-            parse_messages(messages)  # raises the usual error
+            parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
         if (arguments, strict) != self._arguments:
             self._seen, self._normalized, self._arguments = [], [], (arguments, strict)
         keep = 0
@@ -160,11 +160,13 @@ class Session:
         tok = self.family.tokenizer
         shared = common_prefix_length(self._text, text)
         k = bisect_right([c.char for c in self._cuts], shared - tok.cut_rule.lookahead) - 1
-        start = self._cuts[k] if k >= 0 else Cut(0, 0)
+        start = self._cuts[k] if k >= 0 else Cut(CharOffset(0), TokenOffset(0))
         suffix = tok.encode(text[start.char :], with_cuts=True)
         ids = self._ids[: start.token] + suffix.ids
         cuts = self._cuts[: k + 1] + [
-            Cut(start.char + c.char, start.token + c.token) for c in suffix.cuts or () if c.char > 0
+            Cut(CharOffset(start.char + c.char), TokenOffset(start.token + c.token))
+            for c in suffix.cuts or ()
+            if c.char > 0
         ]
         self._text, self._ids, self._cuts = text, ids, cuts
         self.stats.requests += 1
@@ -177,7 +179,7 @@ class Session:
 
 def _same(given: Any, seen: Any) -> bool:
     if isinstance(given, BaseModel):
-        return given == seen
+        return bool(given == seen)
     return isinstance(given, Mapping) and given == seen
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import tokenizers
 from pydantic import BaseModel, ConfigDict
@@ -68,19 +68,23 @@ class EncodingTokenMap:
         self._n_chars = n_chars
         self._n_tokens = len(enc.ids)
 
-    def floor(self, char: int) -> tuple[TokenOffset, CharOffset]:
+    def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
         if char >= self._n_chars:
             return TokenOffset(self._n_tokens), CharOffset(self._n_chars)
         token = self._enc.char_to_token(char)
         if token is None:  # a char no token covers (dropped by normalization): use the offsets
             return OffsetsTokenMap(self._enc.offsets, self._n_chars).floor(char)
-        start = self._enc.token_to_chars(token)[0]
+        start = self._chars(token)[0]
         while token > 0:  # tokens sharing a split character have no boundary between them
-            prev_start, prev_end = self._enc.token_to_chars(token - 1)
+            prev_start, prev_end = self._chars(token - 1)
             if prev_end <= start:
                 break
             token, start = token - 1, prev_start
         return TokenOffset(token), CharOffset(start)
+
+    def _chars(self, token: int) -> tuple[int, int]:
+        """Token ``token``'s char span (never None: ``token`` is one of the encoding's)."""
+        return cast(tuple[int, int], self._enc.token_to_chars(token))
 
 
 class Tokenizer:
@@ -132,8 +136,8 @@ class Tokenizer:
             return Encoded(ids, CutTokenMap(text, cuts, len(ids), self.segment_map), cuts)
         enc = self.backend.encode(text, add_special_tokens=False)
         ids = enc.ids
-        cuts = self.cut_rule.cuts(text, ids, enc.token_to_chars) if with_cuts else None
-        return Encoded(ids, EncodingTokenMap(enc, len(text)), cuts)
+        found = self.cut_rule.cuts(text, ids, enc.token_to_chars) if with_cuts else None
+        return Encoded(ids, EncodingTokenMap(enc, len(text)), found)
 
     def segment_map(self, segment: str) -> TokenMap:
         """The exact ``TokenMap`` of the text between two safe cuts, encoded on its own."""
@@ -275,7 +279,7 @@ def _segment_encoder(
     return SegmentEncoder(
         rank_file,
         split_pattern,
-        {t.content: backend.token_to_id(t.content) for t in added},
+        {t.content: cast(int, backend.token_to_id(t.content)) for t in added},
         normalize=normalizer.normalize_str if normalizer is not None else None,
     )
 
@@ -383,7 +387,7 @@ def convert_tiktoken(spec: VocabularySpec, rank_file: Path) -> tokenizers.Tokeni
 
     if spec.pattern is None:
         raise TokenizerError("a tiktoken vocabulary needs its split pattern", location=f"{spec.name}.pattern")
-    tok = TikTokenConverter(vocab_file=str(rank_file), pattern=spec.pattern).converted()
+    tok: tokenizers.Tokenizer = TikTokenConverter(vocab_file=str(rank_file), pattern=spec.pattern).converted()
     if spec.normalize == "NFC":
         tok.normalizer = tokenizers.normalizers.NFC()
     base = tok.get_vocab_size(with_added_tokens=False)

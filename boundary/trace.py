@@ -9,6 +9,11 @@ Each line is an OpenAI chat request plus, optionally, what the model generated f
 emits it (``boundary.outputs.format_output``). Without ``output`` the audit takes the
 assistant message the session's next request appends after this request's messages.
 
+A line recorded by a serving engine (``boundary_vllm``'s recorder) also carries ``engine``:
+the prompt ids the engine ran, U_end / P_end / D_end in tokens, the joint prefix-cache hit at
+admission and the kind of checkpoint that served it (``EngineRecord``); its ``output`` is the
+committed token ids.
+
 ``tau_bench_trace`` turns the shipped tau-bench airline trajectories into such a trace, with
 optional seeded synthetic reasoning (the data carries no model reasoning).
 """
@@ -70,6 +75,20 @@ Output = Annotated[
 ]
 
 
+class EngineRecord(_Model):
+    """What a serving engine saw for one request: the prompt ids it ran, the boundaries in
+    tokens (``u_end`` None when the request carried none), the joint hit at admission and the
+    checkpoint kind that served it (``miss`` when none did), and the retention policy."""
+
+    prompt_token_ids: list[int]
+    p_end: int = Field(ge=1)
+    u_end: int | None = Field(default=None, ge=1)
+    d_end: int | None = Field(default=None, ge=1)
+    hit_tokens: int = Field(default=0, ge=0)
+    served: str = "miss"
+    policy: str | None = None
+
+
 class TraceRequest(_Model):
     """One request of a session."""
 
@@ -77,6 +96,7 @@ class TraceRequest(_Model):
     messages: list[dict[str, Any]] = Field(min_length=1)
     tools: list[dict[str, Any]] | None = None
     output: Output | None = None
+    engine: EngineRecord | None = None
 
 
 _REQUEST = TypeAdapter(TraceRequest)

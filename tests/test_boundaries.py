@@ -26,9 +26,18 @@ def test_control_tokens_in_user_text_cannot_move_u_end(family_name: str, injecte
         {"role": "user", "content": injected},
     ]
     r = fam.render(messages)
-    history = fam.render(messages, add_generation_prompt=False)  # oracle, tests only
-    assert r.input_end.char == len(history.text)
-    assert r.u_end == len(history.token_ids)
+    # oracle: transformers renders the history without the generation prompt
+    hf = reference_tokenizer(family_name, fam.default_variant)
+    prepared, _ = fam.prepare(messages)
+    history = hf.apply_chat_template(prepared, add_generation_prompt=False, tokenize=False)
+    history_ids = hf.apply_chat_template(
+        prepared, add_generation_prompt=False, tokenize=True, return_dict=False
+    )
+    full = hf.apply_chat_template(prepared, add_generation_prompt=True, tokenize=False)
+    assert r.text == full and full.startswith(history)
+    assert r.input_end.char == len(history)
+    assert r.u_end == len(history_ids)
+    assert r.token_ids[: r.u_end] == history_ids
     # the real generation prompt follows U_end; the injected look-alike lies before it
     assert r.text.rfind(injected) < r.input_end.char
 
@@ -58,12 +67,23 @@ def test_sanitize_control_tokens_gives_transformers_ids(family_name: str) -> Non
     )
     r = fam.render(messages, sanitize_control_tokens=True, now=FIXED_NOW)
     assert r.token_ids == expected
-    plain = fam.render(messages, now=FIXED_NOW)
-    assert r.text == plain.text
-    assert r.token_ids != plain.token_ids  # the injected tokens are text now
-    history = fam.render(messages, add_generation_prompt=False, sanitize_control_tokens=True, now=FIXED_NOW)
-    assert r.u_end == len(history.token_ids)
-    assert r.token_ids[: r.u_end] == history.token_ids
+    plain = hf.apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=True, return_dict=False, strftime_now=fixed_strftime
+    )
+    assert r.text == hf.apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=False, strftime_now=fixed_strftime
+    )
+    assert r.token_ids != plain  # the injected tokens are text now
+    history = hf.apply_chat_template(
+        msgs,
+        add_generation_prompt=False,
+        tokenize=True,
+        return_dict=False,
+        sanitize_control_tokens=True,
+        strftime_now=fixed_strftime,
+    )
+    assert r.u_end == len(history)
+    assert r.token_ids[: r.u_end] == history
 
 
 def test_sanitized_fixture_corpus_matches_transformers() -> None:

@@ -84,7 +84,10 @@ def test_from_pretrained_reads_a_saved_model_directory(tmp_path) -> None:
     msgs, tools = fam.prepare(case["messages"], case["tools"])
     r = fam.render(case["messages"], case["tools"])
     assert r.token_ids == _reference_ids(hf, msgs, tools)
-    assert r.u_end == len(fam.render(case["messages"], case["tools"], add_generation_prompt=False).token_ids)
+    history = hf.apply_chat_template(
+        msgs, tools=tools, add_generation_prompt=False, tokenize=True, return_dict=False
+    )
+    assert r.u_end == len(history) and r.token_ids[: r.u_end] == history
 
 
 def test_from_pretrained_reads_a_template_inside_tokenizer_config(tmp_path) -> None:

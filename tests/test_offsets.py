@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -52,3 +55,26 @@ def test_the_lazy_encoding_map_agrees_with_the_offsets_map(text: str) -> None:
     lazy, full = EncodingTokenMap(enc, n), OffsetsTokenMap(enc.offsets, n)
     for char in range(n + 1):
         assert lazy.floor(char) == full.floor(char), char
+
+
+@pytest.mark.slow  # a mypy run
+def test_the_type_checker_refuses_a_char_offset_where_a_token_offset_is_meant(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    api = pytest.importorskip("mypy.api")
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the project's mypy config
+    mixed = tmp_path / "mixed.py"
+    mixed.write_text(
+        "from boundary.checkpoints import Checkpoint, CheckpointKind\n"
+        "from boundary.offsets import CharOffset, OffsetsTokenMap, TokenOffset, locate\n"
+        "Checkpoint.at(CheckpointKind.INPUT_END, TokenOffset(3), 1)\n"
+        "locate(OffsetsTokenMap([], 0), CharOffset(0))\n"
+        "Checkpoint.at(CheckpointKind.INPUT_END, CharOffset(3), 1)\n"
+        "locate(OffsetsTokenMap([], 0), TokenOffset(0))\n"
+    )
+    out, _, status = api.run([str(mixed), "--follow-imports=silent", f"--cache-dir={tmp_path / 'cache'}"])
+    errors = [line for line in out.splitlines() if ": error:" in line]
+    assert status == 1
+    assert [e.split(":")[1] for e in errors] == ["5", "6"], out
+    assert '"CharOffset"; expected "TokenOffset"' in errors[0]
+    assert '"TokenOffset"; expected "CharOffset"' in errors[1]

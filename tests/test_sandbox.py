@@ -103,10 +103,23 @@ def test_syntax_errors_are_load_errors_with_a_line() -> None:
     assert info.value.location.startswith("template:")
 
 
-def test_limits_are_within_reach_of_real_templates() -> None:
-    fam = boundary.load_family("gpt_oss")
+def test_default_limits_render_the_longest_tau_bench_request_exactly_as_transformers() -> None:
+    """The limits leave room for real work: the longest tau-bench conversation (up to its last
+    user message) renders under the defaults, text and ids equal to transformers' unlimited
+    render of it."""
     from boundary.datasets import tau_bench_airline
+    from tests.support import FIXED_NOW, family, fixed_strftime, reference_tokenizer
 
+    fam = family("gpt_oss")
     longest = max(tau_bench_airline(), key=len)
-    r = fam.render(longest[: max(i for i, m in enumerate(longest) if m["role"] == "user") + 1])
-    assert r.p_end > 5_000
+    request = longest[: max(i for i, m in enumerate(longest) if m["role"] == "user") + 1]
+    r = fam.render(request, now=FIXED_NOW)
+    prepared, _ = fam.prepare(request)
+    hf = reference_tokenizer("gpt_oss", fam.default_variant)
+    kwargs = {"add_generation_prompt": True, "strftime_now": fixed_strftime}
+    text = hf.apply_chat_template(prepared, tokenize=False, **kwargs)
+    ids = hf.apply_chat_template(prepared, tokenize=True, return_dict=False, **kwargs)
+    assert r.text == text
+    assert r.token_ids == ids
+    assert r.p_end == len(ids) == len(hf(text, add_special_tokens=False)["input_ids"])
+    assert len(ids) > 5_000  # a long request, not a trivial one

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from boundary.audit.records import (
     KINDS,
@@ -186,7 +186,7 @@ def _new_turn(
     if generated is None:
         made = tuple(c for c in made if c.kind.value != "decode_end")
     for c in made:
-        record.checkpoints[c.kind.value] = CheckpointRecord(logical=c.logical, position=c.position)
+        record.checkpoints[_kind(c)] = CheckpointRecord(logical=c.logical, position=c.position)
     seq = packed(prompt.token_ids + (generated or []))
     return _Turn(record, prompt, generated, parsed, seq, made, horizon)
 
@@ -217,7 +217,7 @@ def _check_previous(
             unit=s.unit,
             history_same=same,
             variant=s.variant,
-            roles=[m.get("role") for m in previous.messages],
+            roles=[str(m.get("role")) for m in previous.messages],
         )
         rec.d_end = check.d_end
         rec.round_trips = check.round_trips
@@ -235,7 +235,7 @@ def _check_previous(
     lcp = common_prefix_packed(prev.seq, packed(prompt.token_ids))
     rec.next_common_prefix = lcp
     for c in prev.made:
-        rec.checkpoints[c.kind.value].reused_by_next = c.position <= lcp
+        rec.checkpoints[_kind(c)].reused_by_next = c.position <= lcp
 
 
 def _reuse_and_keep(done: list[_Turn], prompt: Rendering, k: int) -> ReuseRecord | None:
@@ -249,7 +249,7 @@ def _reuse_and_keep(done: list[_Turn], prompt: Rendering, k: int) -> ReuseRecord
         for c in t.made:
             if 0 < c.position <= kept and (best is None or c.position > best.position):
                 best = ReuseRecord(
-                    kind=c.kind.value,
+                    kind=_kind(c),
                     position=c.position,
                     producer_turn=t.record.turn,
                     producer_age=k - t.record.turn,
@@ -278,10 +278,8 @@ def summarize(records: Sequence[TurnRecord]) -> Summary:
     followers = [r for r in records if r.turn > 0]
     ages = Counter(str(r.reuses.producer_age) if r.reuses else "none" for r in followers)
     causes = Counter(r.cause for r in with_next if r.round_trips is False and r.cause)
-    checked = [r for r in records if r.horizon is not None and r.horizon.held is not None]
-    shares = [
-        r.horizon.position / max(1, r.checkpoints["prompt_end"].logical + (r.d_end or 0)) for r in checked
-    ]
+    checked = [(r, r.horizon) for r in records if r.horizon is not None and r.horizon.held is not None]
+    shares = [h.position / max(1, r.checkpoints["prompt_end"].logical + (r.d_end or 0)) for r, h in checked]
     return Summary(
         sessions=len({r.session for r in records}),
         turns=len(records),
@@ -299,12 +297,17 @@ def summarize(records: Sequence[TurnRecord]) -> Summary:
         horizon=HorizonSummary(
             predicted=sum(1 for r in records if r.horizon is not None),
             checked=len(checked),
-            held=sum(1 for r in checked if r.horizon.held),
-            rate=_rate(sum(1 for r in checked if r.horizon.held), len(checked)),
+            held=sum(1 for _, h in checked if h.held),
+            rate=_rate(sum(1 for _, h in checked if h.held), len(checked)),
             mean_position_share=_mean(shares),
-            mean_slack=_mean([r.horizon.slack for r in checked if r.horizon.slack is not None]),
+            mean_slack=_mean([h.slack for _, h in checked if h.slack is not None]),
         ),
     )
+
+
+def _kind(c: Checkpoint) -> Kind:
+    """The record key of a turn's checkpoint (a turn makes P_end, U_end and D_end only)."""
+    return cast(Kind, c.kind.value)
 
 
 def _mean(values: Sequence[float]) -> float:

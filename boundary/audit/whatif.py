@@ -172,4 +172,5 @@ def run_what_if(
 
 
 def _gain(new: Summary, old: Summary, field: str) -> float:
-    return round(getattr(new.kinds["decode_end"], field) - getattr(old.kinds["decode_end"], field), 4)
+    gain: float = round(getattr(new.kinds["decode_end"], field) - getattr(old.kinds["decode_end"], field), 4)
+    return gain

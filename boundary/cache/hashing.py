@@ -58,7 +58,7 @@ class PrefixHasher:
         end = len(tokens) - unit + 1
         if unit == 1:
             for pos in range(start, len(tokens)):
-                key = (parent, tokens[pos])
+                key: tuple[int, object] = (parent, tokens[pos])
                 parent = table.get(key)  # type: ignore[assignment]
                 if parent is None:
                     parent = table[key] = PrefixId(len(table) + 1)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from boundary.cli.options import template_kwargs
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "audit",
         help="audit a multi-turn trace: which checkpoints the next request reuses, and why D_end does not",
@@ -134,9 +135,7 @@ def run(args: argparse.Namespace) -> int:
         for w in what_ifs:
             task = progress.add_task(f"what if: {w.name}", total=len(requests))
             done.append(
-                run_what_if(
-                    fam, requests, settings, base, w, advance=lambda n, t=task: progress.advance(t, n)
-                )
+                run_what_if(fam, requests, settings, base, w, advance=partial(progress.advance, task))
             )
     report = AuditReport(
         family=fam.name,

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING
 from boundary.cli.options import template_kwargs
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from boundary.experiment.harness import ExperimentResult
     from boundary.experiment.replay import BudgetMode
 
 BUDGETS = "equal_capacity,equal_checkpoint_budget"
@@ -31,7 +34,7 @@ def _budget(name: str) -> BudgetMode:
         raise ValueError(f"--budget: unknown budget mode {name!r} (known: {known})") from None
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "experiment",
         help="replay a workload through the vLLM align-mode cache model under each retention policy",
@@ -222,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(console, result) -> None:
+def _summary(console: Console, result: ExperimentResult) -> None:
     from rich.table import Table
 
     from boundary.experiment.report import pct

@@ -6,14 +6,17 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from boundary.cli.options import template_kwargs
+
+if TYPE_CHECKING:
+    from boundary.boundaries import Rendering
 
 DEFAULT_FAMILY = "qwen3_5"
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
+def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "render",
         help="render a conversation; show the prompt with U_end and P_end marked",
@@ -107,17 +110,18 @@ def run(args: argparse.Namespace) -> int:
             "U_end (input_end)",
             f"{u_char:,}",
             f"{r.u_end:,}{note}",
-            *[f"{r.checkpoint(u).position:,}" for u in units],
+            *[f"{_position(r, u, 'input_end'):,}" for u in units],
         )
     table.add_row(
         "P_end (prompt_end)",
         f"{len(r.text):,}",
         f"{r.p_end:,}",
-        *[f"{r.checkpoint(u, 'prompt_end').position:,}" for u in units],
+        *[f"{_position(r, u, 'prompt_end'):,}" for u in units],
     )
     err.print(table)
     err.print(
-        f"generation-only suffix: {r.p_end - (r.u_end or r.p_end)} tokens {r.text[u_char:]!r}"
+        f"generation-only suffix: {r.p_end - (r.u_end or r.p_end)} tokens "
+        f"{r.text[r.input_end.token_char :]!r}"  # the text those tokens decode to
         if u_char is not None
         else ""
     )
@@ -138,8 +142,8 @@ def run(args: argparse.Namespace) -> int:
             },
             "checkpoints": {
                 str(u): {
-                    "input_end": None if r.u_end is None else r.checkpoint(u).position,
-                    "prompt_end": r.checkpoint(u, "prompt_end").position,
+                    "input_end": None if r.u_end is None else _position(r, u, "input_end"),
+                    "prompt_end": _position(r, u, "prompt_end"),
                 }
                 for u in units
             },
@@ -151,3 +155,10 @@ def run(args: argparse.Namespace) -> int:
         else:
             args.json_out.write_text(text + "\n", encoding="utf-8")
     return 0
+
+
+def _position(r: Rendering, unit: int, kind: str) -> int:
+    """Where checkpoint ``kind`` of ``r`` materializes for ``unit`` (U_end known to be found)."""
+    checkpoint = r.checkpoint(unit, kind)
+    assert checkpoint is not None
+    return checkpoint.position

@@ -285,7 +285,7 @@ def targets(unit: UnitResult) -> list[str]:
     checks = (("chat_aware", ("input_end", "decode_end", "main_sparse")), ("horizon", ("both",)))
     for policy, rivals in checks:
         mine = reused(policy)
-        present = [(r, reused(r)) for r in rivals if reused(r) is not None]
+        present = [(r, v) for r in rivals if (v := reused(r)) is not None]
         if mine is None or not present:
             continue
         best_name, best = max(present, key=lambda item: item[1])

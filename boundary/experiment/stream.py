@@ -48,7 +48,7 @@ class StreamRequest:
     rid: int
     session: str
     turn: int
-    tokens: array
+    tokens: array[int]
     num_prompt_tokens: int
     u_end: int | None
     d_end: int
@@ -133,7 +133,7 @@ class Stream:
         return cls(head["name"], head["provenance"], requests)
 
 
-def _uint32(tokens: Sequence[int]) -> array:
+def _uint32(tokens: Sequence[int]) -> array[int]:
     return tokens if isinstance(tokens, array) and tokens.typecode == "I" else array("I", tokens)
 
 

@@ -11,7 +11,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from json.decoder import scanstring
+from json.decoder import scanstring  # type: ignore[attr-defined]  # not in typeshed
 from typing import Any, TypeVar
 
 _DECODER = json.JSONDecoder()
@@ -56,7 +56,7 @@ def _container(
 ) -> tuple[list[_Item], int]:
     """Read the comma-separated items between ``brackets`` (``"{}"`` or ``"[]"``) starting at
     ``text[pos]`` (after whitespace), each with ``read_item``; and the position after the close."""
-    opening, closing = brackets
+    opening, closing = brackets[0], brackets[1]
     pos = skip_whitespace(text, pos)
     if pos >= len(text) or text[pos] != opening:
         raise JSONTextError(f"expected {opening!r}", pos)

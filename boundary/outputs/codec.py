@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
@@ -126,7 +126,7 @@ def _build_format(spec: FamilySpec, variant: str | None) -> OutputFormat:
 
 def output_format(family: Family | FamilySpec, variant: str | None = None) -> OutputFormat:
     """The output format of a family's ``variant`` (default: the family's default variant)."""
-    spec = getattr(family, "spec", family)
+    spec = cast("FamilySpec", getattr(family, "spec", family))
     return _format(spec, variant or getattr(family, "default_variant", None) or spec.default_variant)
 
 

@@ -468,6 +468,8 @@ def _engine_reasoning(
     name: str, text: str, prompt_text: str, kwargs: Mapping[str, Any], dropped: frozenset[str]
 ) -> tuple[str | None, str | None]:
     make, strip, chatml = ENGINE_REASONING[name]
+    reasoning: str | None
+    content: str | None
     if name in ("qwen3", "nemotron_v3") and not kwargs.get("enable_thinking", True):
         reasoning, content = None, text
     else:
@@ -635,6 +637,8 @@ def engine_message(
     kwargs = dict(template_kwargs or {})
     dropped = frozenset(special_tokens)
     engine_based = True
+    reasoning: str | None
+    content: str | None
     if reasoning_parser is None:
         reasoning, content = None, body
     elif reasoning_parser in ENGINE_REASONING:

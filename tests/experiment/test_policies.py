@@ -60,6 +60,13 @@ def test_at_unit_equal_block_p_end_is_its_own_twin():
     assert kept("input_end", FULL, g) == [(64, ("input_end", "prompt_end_block"))]
 
 
+def test_with_exported_prompt_checkpoints_the_twin_is_p_ends_unit_tail():
+    # GDN on FlashInfer exports the prompt checkpoint at the unit: upstream keeps P_end's tail
+    exported = EngineGeometry(64, 16, exported_twin=True)
+    assert kept("decode_end", FULL, exported) == [(80, ("prompt_end_block",)), (128, ("decode_end",))]
+    assert kept("main_sparse", FULL, exported) == [(80, ("prompt_end", "prompt_end_block"))]
+
+
 def test_decode_states_decide_where_d_end_exists():
     unit = EngineGeometry(64, 16, DecodeStates.UNIT)
     none = EngineGeometry(64, 16, DecodeStates.NONE)

@@ -109,3 +109,35 @@ def test_the_example_client_prints_the_body_it_would_send(tmp_path):
         check=True,
     )
     assert json.loads(done.stdout) == request().body | {"max_tokens": 512}
+
+
+def test_a_recorded_request_carries_its_session_and_conversation_and_the_frontend_can_record_the_reply(
+    tmp_path,
+):
+    from boundary_vllm.client import finished_from_reply
+    from boundary_vllm.hints import CONVERSATION_KEY, SESSION_KEY
+    from boundary_vllm.recording import TraceRecorder
+
+    from boundary.trace import read_trace
+
+    assert SESSION_KEY not in request().body["vllm_xargs"]  # recording is opt-in
+    req = request(session="s1", record=True)
+    xargs = req.body["vllm_xargs"]
+    assert xargs[SESSION_KEY] == "s1"
+    assert json.loads(xargs[CONVERSATION_KEY]) == {"messages": tau_bench_airline()[11][:4]}
+    assert all(isinstance(v, str | int | float) for v in xargs.values())  # what vllm_xargs accepts
+    assert req.body["return_token_ids"] is True
+
+    reply = {
+        "id": "chatcmpl-1",
+        "choices": [{"message": {"role": "assistant", "content": "ok"}, "token_ids": [9, 10]}],
+        "usage": {"prompt_tokens_details": {"cached_tokens": 128}},
+    }
+    recorder = TraceRecorder(tmp_path / "frontend.jsonl")
+    recorder.submit(finished_from_reply(req, reply))
+    recorder.close()
+    (record,) = read_trace(tmp_path / "frontend.jsonl")
+    assert record.session == "s1" and record.output.token_ids == [9, 10]
+    assert record.engine.prompt_token_ids == req.rendering.token_ids
+    assert (record.engine.u_end, record.engine.p_end) == (req.rendering.u_end, req.rendering.p_end)
+    assert (record.engine.hit_tokens, record.engine.served) == (128, "unattributed")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -69,7 +70,7 @@ def parse_call(text: str, docs: dict[str, dict[str, Any]]) -> tuple[str, dict[st
     return name, args
 
 
-def _tool_result(rng, name: str, args: dict[str, Any], vocabulary: Sequence[str]) -> str:
+def _tool_result(rng: random.Random, name: str, args: dict[str, Any], vocabulary: Sequence[str]) -> str:
     detail = " ".join(rng.choice(vocabulary) for _ in range(rng.randint(3, 24)))
     return json.dumps({"status": "success", "function": name, "arguments": args, "detail": detail})
 

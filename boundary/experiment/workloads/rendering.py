@@ -130,7 +130,7 @@ def predicted_horizon(
         return None
     if not parsed.tool_calls:
         return horizon.position
-    triggers = {r.kind: trigger_of(r) for r in active_rewrites(fam, kwargs)}
+    triggers: dict[str, str] = {r.kind: trigger_of(r) for r in active_rewrites(fam, kwargs)}
     limits = [lim.position for lim in horizon.limits if triggers.get(lim.rewrite) != "new_user_message"]
     return min(limits, default=len(prompt.token_ids) + len(generated))
 

@@ -57,7 +57,7 @@ def _tokens(rng: np.random.Generator, span: Range) -> bytes:
     return rng.integers(VOCAB[0], VOCAB[1], size=count, dtype=np.uint32).tobytes()
 
 
-def _render(system: bytes, turns: list[_Turn], *, keep: bool, history: str) -> tuple[array, int]:
+def _render(system: bytes, turns: list[_Turn], *, keep: bool, history: str) -> tuple[array[int], int]:
     """The prompt for the model call after ``turns``, and its U_end."""
     out = array("I", [IM_START, SYSTEM, NL])
     out.frombytes(system)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from array import array
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
@@ -116,7 +116,7 @@ def render_trace(
                 if len(following) > len(line.messages):
                     following_call = bool(following[len(line.messages)].get("tool_calls"))
             echoes = any(m.get("reasoning_content") for m in line.messages if m.get("role") == "assistant")
-            habit = "kept" if echoes else "dropped"
+            habit: Literal["kept", "dropped"] = "kept" if echoes else "dropped"
             round_trip = (
                 predicted_round_trip(fam, line.messages, ids, line.tools, habit, render) if ids else None
             )

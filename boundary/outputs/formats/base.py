@@ -48,11 +48,17 @@ class CallContext:
 
 
 class ToolCallSyntax(Protocol):
-    name: str
-    start: str  # the text that opens the tool calls; content ends where it first appears
-    before: str  # written between non-empty content and the first call
-    between: str  # written between two calls
-    after: str  # written after the last call, before the stop token
+    # read-only members (properties), so frozen dataclasses implement the protocol
+    @property
+    def name(self) -> str: ...
+    @property
+    def start(self) -> str: ...  # the text that opens the tool calls; content ends where it first appears
+    @property
+    def before(self) -> str: ...  # written between non-empty content and the first call
+    @property
+    def between(self) -> str: ...  # written between two calls
+    @property
+    def after(self) -> str: ...  # written after the last call, before the stop token
 
     def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str: ...
 

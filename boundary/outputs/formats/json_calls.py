@@ -142,7 +142,7 @@ class NemotronToolcall:
             return CallsRead([], 0, f"the tool-call list is not a JSON array ({exc})")
         if skip_whitespace(block, end) != close:
             return CallsRead([], 0, "text after the tool-call list")
-        calls = []
+        calls: list[ReadCall] = []
         for i, (a, b) in enumerate(items):
             found = _name_and_arguments(block[:b], a, i, encoded=True)
             if isinstance(found, str):

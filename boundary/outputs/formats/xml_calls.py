@@ -139,7 +139,7 @@ class MinimaxXml:
 
 
 def _read_parameters(body: str, pattern: str) -> tuple[list[tuple[str, str]], str | None]:
-    params = []
+    params: list[tuple[str, str]] = []
     pos = 0
     for m in re.finditer(pattern, body, re.DOTALL):
         if body[pos : m.start()].strip():

@@ -12,7 +12,11 @@ and ``horizon`` policies: the stability horizon predicted from the prompt (``bou
 with no output yet: where the history rewrites the family is known for will cut the next
 request) and the round-trip expectation that follows from it (1 when the horizon reaches past
 P_end, so the output is expected to stay in history; the engine caps the horizon at D_end).
-Nothing here imports vLLM.
+
+Recording (``boundary_vllm.recording``): ``session=`` names the conversation and
+``record=True`` also sends the conversation itself, so an engine that records
+(``record_path``) can write the request as a line of the audit's JSONL; the frontend can
+write its own with ``finished_from_reply`` and a ``TraceRecorder``. Nothing here imports vLLM.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from boundary.family import Family
 from boundary.horizon import stability_horizon
 from boundary.outputs import parse_output
 from boundary.roundtrip import ClientHabits
-from boundary_vllm.hints import encode_hints
+from boundary_vllm.hints import CONVERSATION_KEY, SESSION_KEY, encode_hints
+from boundary_vllm.recording import FinishedRequest, conversation_json
 
 UNBOUNDED_OUTPUT = 1 << 30  # a horizon past P_end: the output may stay; the engine caps it at D_end
 
@@ -40,6 +45,7 @@ class ChatRequest:
 
     body: dict[str, Any]
     rendering: Rendering
+    session: str | None = None
 
 
 def chat_request(
@@ -51,11 +57,14 @@ def chat_request(
     variant: str | None = None,
     template_kwargs: Mapping[str, Any] | None = None,
     habits: ClientHabits | None = None,
+    session: str | None = None,
+    record: bool = False,
     **params: Any,
 ) -> ChatRequest:
     """Render ``messages`` once and build the request. ``params`` are further body fields
     (``max_tokens``, ``temperature``, ``stream``...); ``habits``: whether this client sends
-    reasoning back (default: it does not), which the horizon depends on."""
+    reasoning back (default: it does not), which the horizon depends on. ``session`` and
+    ``record``: see the module docstring (``record`` also asks vLLM for the output ids)."""
     kwargs = dict(template_kwargs or {})
     rendering = family.render(messages, tools, add_generation_prompt=True, variant=variant, **kwargs)
     body: dict[str, Any] = {
@@ -71,13 +80,40 @@ def chat_request(
         round_trip=None if horizon is None else float(horizon >= rendering.p_end),
         horizon=None if horizon is None else horizon if horizon < rendering.p_end else UNBOUNDED_OUTPUT,
     )
+    if session is not None:
+        hints[SESSION_KEY] = session
+    if record:
+        hints[CONVERSATION_KEY] = conversation_json(messages, tools)
+        body.setdefault("return_token_ids", True)
     if hints:
         body["vllm_xargs"] = {**body.get("vllm_xargs", {}), **hints}
     if tools:
         body["tools"] = [dict(t) for t in tools]
     if kwargs:
         body["chat_template_kwargs"] = kwargs
-    return ChatRequest(body, rendering)
+    return ChatRequest(body, rendering, session)
+
+
+def finished_from_reply(request: ChatRequest, reply: Mapping[str, Any]) -> FinishedRequest:
+    """The frontend's record of one answered request (for ``TraceRecorder.submit``): the output
+    ids vLLM returned (``return_token_ids``), the cached prompt tokens it reported as the hit;
+    which checkpoint served it only the engine knows (``served`` is ``unattributed``)."""
+    choice = reply["choices"][0]
+    usage = reply.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    rendering = request.rendering
+    return FinishedRequest(
+        session=request.session or str(reply.get("id", "unknown")),
+        conversation=conversation_json(request.body["messages"], request.body.get("tools")),
+        prompt_token_ids=rendering.token_ids,
+        output_token_ids=choice.get("token_ids") or [],
+        p_end=rendering.p_end,
+        u_end=rendering.u_end,
+        d_end=None,
+        hit_tokens=int(cached),
+        served="unattributed",
+        policy=None,
+    )
 
 
 def predicted_horizon(

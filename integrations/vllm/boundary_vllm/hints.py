@@ -18,6 +18,8 @@ PROMPT_END_KEY = "boundary_prompt_end"
 POLICY_KEY = "boundary_policy"  # optional; honoured only where the engine allows per-request policies
 ROUND_TRIP_KEY = "boundary_round_trip"  # optional: probability (0..1) that the output round-trips
 HORIZON_KEY = "boundary_horizon"  # optional: the stability horizon (the engine caps it at D_end)
+SESSION_KEY = "boundary_session"  # optional: the conversation's id, for recorded traces
+CONVERSATION_KEY = "boundary_conversation"  # optional: JSON {"messages", "tools"}, for recorded traces
 
 
 class HintStatus(StrEnum):

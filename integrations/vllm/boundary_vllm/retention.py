@@ -174,9 +174,10 @@ class CheckpointRetention:
         self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
         self.exported_checkpoints = exported_checkpoints
         fine = self.hit_unit < self.block_size
+        self.upstream_twin = upstream_twin
         # With exported checkpoints and sub-block hits the kernels re-key the twin's block at
-        # P_end's unit tail, so upstream keeps no twin there.
-        self.upstream_twin = upstream_twin and not (fine and exported_checkpoints)
+        # P_end's unit tail: that tail is what upstream keeps.
+        self.exported_twin = fine and exported_checkpoints
         self.decode_depth = 2 + int(use_eagle)  # how many recent decode boundaries stay held
         self.counters = counters
         self.plans: dict[str, RequestCheckpoints] = {}
@@ -201,7 +202,7 @@ class CheckpointRetention:
     def geometry(self, *, decode_states: bool) -> EngineGeometry:
         """The policy's view of this engine."""
         states = DecodeStates.BLOCK if decode_states else DecodeStates.NONE
-        return EngineGeometry(self.block_size, self.hit_unit, states, self.upstream_twin)
+        return EngineGeometry(self.block_size, self.hit_unit, states, self.upstream_twin, self.exported_twin)
 
     def native_positions(self, num_prompt_tokens: int) -> set[int]:
         """Prefill positions whose state vLLM produces by itself: P_end's checkpoint (its
@@ -455,7 +456,7 @@ class CheckpointRetention:
         if (
             tail <= 0
             or tail % self.block_size == 0
-            or num_tokens != tail
+            or (num_tokens < tail if self.exported_twin else num_tokens != tail)  # exported mid-chunk
             or tail > len(request.block_hashes) * self.hash_block_size
         ):
             return

@@ -36,8 +36,9 @@ from vllm.v1.request import Request, RequestStatus
 
 from boundary.retention_policy import RequestBoundaries, Variant
 from boundary_vllm.counters import CheckpointCounters, PrometheusExport
-from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability
-from boundary_vllm.hints import CheckpointHints, HintStatus, decode_hints
+from boundary_vllm.decode_end import DecodeEndAvailability, committed_end, decode_end_availability
+from boundary_vllm.hints import CONVERSATION_KEY, SESSION_KEY, CheckpointHints, HintStatus, decode_hints
+from boundary_vllm.recording import FinishedRequest, TraceRecorder, recorder_from
 from boundary_vllm.retention import CheckpointRetention, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
 from boundary_vllm.settings import IntegrationSettings, Policy, read_settings
@@ -86,6 +87,12 @@ class BoundaryCheckpointsMixin:
             )
         self._pending_hits: dict[str, int] = {}
         self._pending_splits: dict[str, int] = {}
+        self.boundary_recorder: TraceRecorder | None = recorder_from(
+            self.boundary_settings.record_path,
+            max_records=self.boundary_settings.record_max_records,
+            max_bytes=self.boundary_settings.record_max_bytes,
+        )
+        self._served: dict[str, tuple[int, str]] = {}  # request -> (hit, kind), kept while recording
         self._exported = CheckpointCounters()
         self._last_log = self._last_export = time.monotonic()
         logger.info(
@@ -173,7 +180,10 @@ class BoundaryCheckpointsMixin:
                 request = self.requests[req_id]
                 hit = self._pending_hits.pop(req_id, None)
                 if hit is not None and request.num_preemptions == 0:
-                    self.boundary_counters.record_hit(retention.classify_hit(request, hit), hit)
+                    kind = retention.classify_hit(request, hit)
+                    self.boundary_counters.record_hit(kind, hit)
+                    if self.boundary_recorder is not None:
+                        self._served[req_id] = (hit, str(kind))
                 if self._pending_splits.get(req_id) == num_scheduled:
                     self.boundary_counters.forced_splits += 1
         self._pending_hits.clear()  # lookups of requests that were not scheduled are redone next step
@@ -183,9 +193,42 @@ class BoundaryCheckpointsMixin:
 
     # -- finish ----------------------------------------------------------------------------------
     def _free_request(self, request: Request, delay_free_blocks: bool = False):
+        if self.boundary_recorder is not None:
+            self._record(request)
         if self.boundary_retention is not None:
             self.boundary_retention.finish(request, completed=request.status in _COMPLETED)
         return super()._free_request(request, delay_free_blocks)
+
+    def _record(self, request: Request) -> None:
+        """Hand a completed request to the recorder: references only, serialized off-thread."""
+        served = self._served.pop(request.request_id, None)
+        params = request.sampling_params
+        if request.status not in _COMPLETED or params is None or served is None:
+            return
+        extra = params.extra_args or {}
+        plan = self.boundary_retention.plan(request.request_id) if self.boundary_retention else None
+        assert self.boundary_recorder is not None
+        self.boundary_recorder.submit(
+            FinishedRequest(
+                session=str(extra.get(SESSION_KEY) or request.request_id),
+                conversation=extra.get(CONVERSATION_KEY),
+                prompt_token_ids=request.prompt_token_ids or (),
+                output_token_ids=request.output_token_ids,
+                p_end=request.num_prompt_tokens,
+                u_end=plan.request.u_end if plan is not None else None,
+                d_end=committed_end(
+                    request.num_prompt_tokens, request.output_token_ids, params.all_stop_token_ids
+                ),
+                hit_tokens=served[0],
+                served=served[1],
+                policy=plan.variant.value if plan is not None else None,
+            )
+        )
+
+    def shutdown(self) -> None:
+        if self.boundary_recorder is not None:
+            self.boundary_recorder.close()
+        super().shutdown()
 
     # -- counters --------------------------------------------------------------------------------
     def boundary_report(self) -> CheckpointCounters:

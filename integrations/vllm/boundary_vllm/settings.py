@@ -62,6 +62,15 @@ class IntegrationSettings(BaseModel):
     )
     log_interval_s: float = Field(default=30.0, ge=0)
     ledger_capacity: int = Field(default=65536, ge=1, description="How many retained states are attributed.")
+    record_path: str | None = Field(
+        default=None,
+        description="Write each finished request as a line of the audit's JSONL here (also: the "
+        "BOUNDARY_RECORD_PATH environment variable); off by default.",
+    )
+    record_max_records: int = Field(
+        default=100_000, ge=1, description="Stop recording after this many lines."
+    )
+    record_max_bytes: int = Field(default=1 << 30, ge=1, description="Stop recording after this many bytes.")
 
 
 class SettingsError(ValueError):
