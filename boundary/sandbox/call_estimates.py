@@ -72,7 +72,7 @@ def _est_expandtabs(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Es
     if not isinstance(owner, (str, bytes, bytearray)):
         return NOTHING
     tabsize = param(args, kwargs, 1, "tabsize", 8)
-    tabs = owner.count("\t" if isinstance(owner, str) else b"\t")
+    tabs = owner.count("\t") if isinstance(owner, str) else owner.count(b"\t")
     size = len(owner) + tabs * (max(tabsize, 0) if is_int(tabsize) else 0)
     return size, size, 0
 
@@ -165,7 +165,7 @@ def _est_split(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimat
     n = len(owner)
     sep = param(args, kwargs, 1, "sep")
     if isinstance(sep, (str, bytes, bytearray)) and sep:
-        pieces = owner.count(sep) + 1
+        pieces = owner.count(sep) + 1  # type: ignore[arg-type]  # str and bytes mixed: TypeError, as split
     elif isinstance(owner, str) and n > CHUNK:
         pieces = runs(WHITESPACE_RUN, owner, ASCII_SPACES) + 1
     else:

@@ -12,7 +12,6 @@ from jinja2 import nodes
 from jinja2.compiler import CodeGenerator, Frame
 from jinja2.filters import make_attrgetter, make_multi_attrgetter
 from jinja2.runtime import Macro, Undefined
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
 from boundary.errors import RenderLimitExceeded
@@ -59,7 +58,7 @@ class _CodeGenerator(CodeGenerator):
         return None
 
 
-class Sandbox(OperatorsMixin, FormattingMixin, CheckedFiltersMixin, ImmutableSandboxedEnvironment):
+class Sandbox(OperatorsMixin, FormattingMixin, CheckedFiltersMixin):
     """transformers' chat-template environment plus the ``RenderLimits`` checks.
 
     Invariant: every operation a template can run that builds a string, list, dict or large

@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from functools import update_wrapper
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from boundary.errors import RenderLimitExceeded
+from boundary.sandbox.base import SandboxBase
 from boundary.sandbox.filter_estimates import PER_CHAR, est_tojson
 from boundary.sandbox.limits import ACTIVE_DEADLINE, CHUNK, SLOT, SMALL, Estimate
 from boundary.sandbox.sizes import json_quick
 from boundary.sandbox.template_globals import tojson
+
+if TYPE_CHECKING:
+    from boundary.sandbox.environment import Sandbox
+
 
 # The str method a filter applies to a plain string (jinja2's do_trim, do_upper, ... are
 # ``soft_str(value).<method>(...)``, and soft_str returns a plain string itself).
@@ -23,7 +28,7 @@ _STR_METHODS: dict[str, Callable[..., str]] = {
 }
 
 
-class CheckedFiltersMixin:
+class CheckedFiltersMixin(SandboxBase):
     """Wraps filters and output in the sandbox's checks."""
 
     def _checked_filter(
@@ -118,7 +123,9 @@ class CheckedFiltersMixin:
                 if size >= SMALL:
                     check("the tojson filter", size, size)
             if size >= CHUNK:
-                size, built, steps = est_tojson(self, [x, ensure_ascii, indent, separators], {})
+                size, built, steps = est_tojson(
+                    cast("Sandbox", self), [x, ensure_ascii, indent, separators], {}
+                )
                 check("the tojson filter", size, built, steps)
             return tojson(x, ensure_ascii, indent, separators, sort_keys)
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from jinja2.sandbox import SandboxedEscapeFormatter, SandboxedFormatter
 from markupsafe import Markup
 
+from boundary.sandbox.base import SandboxBase
 from boundary.sandbox.sizes import digit_sum, is_int, repr_size_of
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ class _SizedFormatterMixin:
 
     def vformat(self, format_string: str, args: Any, kwargs: Any) -> str:
         self._total = len(format_string)
-        return super().vformat(format_string, args, kwargs)  # type: ignore[misc]
+        return super().vformat(format_string, args, kwargs)  # type: ignore[misc, no-any-return]
 
     def convert_field(self, value: Any, conversion: str | None) -> Any:
         if conversion is not None:
@@ -59,18 +60,18 @@ class _SizedFormatterMixin:
         return super().format_field(value, format_spec)  # type: ignore[misc]
 
 
-class SizedFormatter(_SizedFormatterMixin, SandboxedFormatter):
+class SizedFormatter(_SizedFormatterMixin, SandboxedFormatter):  # type: ignore[misc]  # _env: a Sandbox
     pass
 
 
-class SizedEscapeFormatter(_SizedFormatterMixin, SandboxedEscapeFormatter):
+class SizedEscapeFormatter(_SizedFormatterMixin, SandboxedEscapeFormatter):  # type: ignore[misc]
     _escape_factor = 5
 
 
-class FormattingMixin:
+class FormattingMixin(SandboxBase):
     """The sandbox's ``%`` size bound and sized ``str.format``."""
 
-    def percent_size(self, fmt: str | bytes, values: Any) -> tuple[int, int]:
+    def percent_size(self, fmt: str | bytes | bytearray, values: Any) -> tuple[int, int]:
         """An upper bound on ``len(fmt % values)`` and the number of fields: each field's
         width, precision (``*`` ones read from the values) and value size."""
         text = fmt.decode("latin-1") if isinstance(fmt, (bytes, bytearray)) else str(fmt)

@@ -8,10 +8,11 @@ from typing import Any
 
 from markupsafe import Markup
 
+from boundary.sandbox.base import SandboxBase
 from boundary.sandbox.limits import ACTIVE_DEADLINE, SEQUENCES, SLOT, SMALL
 
 
-class OperatorsMixin:
+class OperatorsMixin(SandboxBase):
     """``+``, ``~``, slices (the instrumentation routes them here), ``*``, ``%``, ``//``, ``**``."""
 
     # -- operators -----------------------------------------------------------------------------

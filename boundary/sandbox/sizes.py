@@ -48,7 +48,7 @@ def escaped_size(s: str) -> int:
     return len(s) + 4 * (s.count("&") + s.count('"') + s.count("'")) + 3 * (s.count("<") + s.count(">"))
 
 
-VIEWS = (type({}.keys()), type({}.values()), type({}.items()))
+VIEWS: tuple[type[Any], ...] = (type({}.keys()), type({}.values()), type({}.items()))
 
 
 class Measure:
@@ -109,6 +109,7 @@ class Measure:
             return len(type(x).__name__) + 2 + _str_repr_size(str(x)), 0, 0, 0, 0
         if isinstance(x, (bytes, bytearray)):
             return 4 * len(x) + 14, 0, 0, 0, len(x) // 4 + 1
+        items: Iterable[Any]
         if isinstance(x, dict):
             prefix, items, mapping = 2, x.items(), True
         elif isinstance(x, Namespace):
@@ -123,7 +124,7 @@ class Measure:
         else:
             return OPAQUE, 0, 0, 0, 0
         key = id(x)
-        known = self.memo.get(key)
+        known: tuple[int, int, int, int, int] | None = self.memo.get(key)
         if known is not None:
             return known
         if key in self.open:
@@ -183,9 +184,9 @@ class Measure:
         if not n:
             return 2
         key = id(x) if indent is None else (id(x), depth)  # indents depend on the depth
-        known = self.memo.get(key)
-        if known is not None:
-            return known
+        known_size: int | None = self.memo.get(key)
+        if known_size is not None:
+            return known_size
         size = 2 + (n - 1) * item_sep
         if indent is not None:
             size += n + 1 + indent * (n * (depth + 1) + depth)

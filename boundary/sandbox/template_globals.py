@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +36,7 @@ def strftime_now(format: str) -> str:
     return datetime.now().strftime(format)
 
 
-def fixed_clock(now: datetime):
+def fixed_clock(now: datetime) -> Callable[[str], str]:
     """A ``strftime_now`` that always reads ``now``, for reproducible date-stamped prompts."""
 
     def strftime_fixed(format: str) -> str:
@@ -58,7 +59,8 @@ class GenerationTag(jinja2.ext.Extension):
 
     @staticmethod
     def _generation_support(caller: Any) -> str:
-        return caller()
+        body: str = caller()
+        return body
 
 
 FIXED_CLOCK_CODE = fixed_clock(datetime(2000, 1, 1)).__code__

@@ -92,7 +92,7 @@ def est_indent(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimat
 def est_replace(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
     texts = []
     for index, name in ((0, "s"), (1, "old"), (2, "new")):
-        value = param(args, kwargs, index, name, NOTHING)
+        value: object = param(args, kwargs, index, name, NOTHING)
         if value is NOTHING:
             return NOTHING  # do_replace fails on the missing argument
         if not isinstance(value, str):
