@@ -19,8 +19,9 @@ and never puts a mark where template code could observe it:
 - at the top of loop bodies over ``messages`` (direct output only), a mark with the loop
   site and the message index (the loop item is matched by identity against the request's
   message dicts);
-- at the top of every loop body, a step counted against the render limits; ``+`` and ``~``
-  and slices are routed through the sandbox's size checks;
+- at the top of every loop body, a step counted against the render limits; ``+`` (a chain
+  ``a + b + c`` in one call, its operands evaluated left to right as before), ``~`` and
+  slices are routed through the sandbox's size checks;
 - ``{% generation %}`` blocks (transformers' extension, same scoping) are bracketed by marks
   when they sit in direct output.
 
@@ -52,6 +53,7 @@ MESSAGE = "bnd.message"
 TICK = "bnd.tick"
 GENERATION = "bnd.generation"
 CHECKED_ADD = "bnd.add"
+CHECKED_ADDS = "bnd.adds"  # a + b + c + ...: one call for the chain
 CHECKED_CONCAT = "bnd.concat"
 CHECKED_SLICE = "bnd.slice"
 
@@ -226,8 +228,13 @@ class _Instrument(NodeTransformer):
         return node
 
     def visit_Add(self, node: nodes.Add) -> nodes.Filter:
-        left, right = self.visit(node.left), self.visit(node.right)
-        return _call(CHECKED_ADD, left, [right], node.lineno)
+        operands: list[nodes.Expr] = []
+        chain: nodes.Expr = node
+        while isinstance(chain, nodes.Add):  # a + b + c parses as (a + b) + c
+            operands.append(chain.right)
+            chain = chain.left
+        first, *rest = [self.visit(e) for e in [chain, *reversed(operands)]]
+        return _call(CHECKED_ADD if len(rest) == 1 else CHECKED_ADDS, first, rest, node.lineno)
 
     def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
         if not isinstance(node.arg, nodes.Slice):

@@ -216,29 +216,41 @@ def _surrogate_problem(text: str) -> str:
 
 _CONTAINERS = (dict, list, tuple, Mapping)
 
+Path = str | tuple[Any, Any, bool]
+"""A location, written out only when a problem is found: a field name, or (parent path, key,
+whether the parent is a mapping) for ``parent.key`` / ``parent[key]``."""
 
-def _find_problem(value: Any, location: str, *, limit: int = MAX_NESTING) -> tuple[str, str] | None:
+
+def _path(where: Path) -> str:
+    parts: list[str] = []
+    while isinstance(where, tuple):
+        where, key, is_map = where
+        parts.append(f".{key}" if is_map else f"[{key}]")
+    return where + "".join(reversed(parts))
+
+
+def _find_problem(value: Any, location: Path, *, limit: int = MAX_NESTING) -> tuple[str, str] | None:
     """The first (location, message) in ``value``: nesting deeper than ``limit`` containers
     (located at ``location``, the field) or a lone surrogate in a string or key (located at
     its own path). Iterative, so no input can exhaust the stack."""
     if isinstance(value, str):
-        return (location, _surrogate_problem(value)) if _lone_surrogate(value) else None
+        return (_path(location), _surrogate_problem(value)) if _lone_surrogate(value) else None
     if not isinstance(value, _CONTAINERS):
         return None
-    stack: list[tuple[Any, str, int]] = [(value, location, 0)]
+    stack: list[tuple[Any, Path, int]] = [(value, location, 0)]
     while stack:
         item, where, depth = stack.pop()
         if depth >= limit:
-            return location, f"nested deeper than {limit} levels"
+            return _path(location), f"nested deeper than {limit} levels"
         is_map = isinstance(item, (dict, Mapping))
         for key, child in item.items() if is_map else enumerate(item):
-            if is_map and isinstance(key, str) and _lone_surrogate(key):
-                return where, f"a key {_surrogate_problem(key)}"
+            if is_map and isinstance(key, str) and not key.isascii() and _lone_surrogate(key):
+                return _path(where), f"a key {_surrogate_problem(key)}"
             if isinstance(child, str):
-                if _lone_surrogate(child):
-                    return (f"{where}.{key}" if is_map else f"{where}[{key}]"), _surrogate_problem(child)
+                if not child.isascii() and _lone_surrogate(child):
+                    return _path((where, key, is_map)), _surrogate_problem(child)
             elif isinstance(child, _CONTAINERS):
-                stack.append((child, f"{where}.{key}" if is_map else f"{where}[{key}]", depth + 1))
+                stack.append((child, (where, key, is_map), depth + 1))
     return None
 
 
@@ -257,7 +269,7 @@ def json_text_nesting(text: str) -> int:
     return deepest
 
 
-def check_value(value: Any, location: str, *, limit: int = MAX_NESTING) -> None:
+def check_value(value: Any, location: Path, *, limit: int = MAX_NESTING) -> None:
     """Raise ``RequestError`` if ``value`` nests deeper than ``limit`` levels or holds a lone
     surrogate; ``location`` names the field."""
     problem = _find_problem(value, location, limit=limit)
@@ -265,27 +277,30 @@ def check_value(value: Any, location: str, *, limit: int = MAX_NESTING) -> None:
         raise RequestError(problem[1], location=problem[0])
 
 
-def _check_key(key: Any, location: str) -> None:
-    if isinstance(key, str) and _lone_surrogate(key):
-        raise RequestError(f"a key {_surrogate_problem(key)}", location=location)
+def _check_key(key: Any, location: Path) -> None:
+    if isinstance(key, str) and not key.isascii() and _lone_surrogate(key):
+        raise RequestError(f"a key {_surrogate_problem(key)}", location=_path(location))
 
 
-def _check_object(obj: Any, location: str, nested: str | None = None) -> None:
+def _check_object(obj: Any, location: Path, nested: str | None = None) -> None:
     """Each field of ``obj`` within the limits; the fields of ``obj[nested]`` one by one,
     and a JSON-text ``arguments`` by its text's nesting."""
     if not isinstance(obj, (dict, Mapping)):
         check_value(obj, location)
         return
     for key, value in obj.items():
-        _check_key(key, location)
+        if not (type(key) is str and key.isascii()):  # the common key, checked inline
+            _check_key(key, location)
         if key == nested and isinstance(value, (dict, Mapping)):
-            _check_object(value, f"{location}.{key}")
+            _check_object(value, (location, key, True))
         elif key == "arguments" and isinstance(value, str):
-            check_value(value, f"{location}.{key}")
+            check_value(value, (location, key, True))
             if value.count("{") + value.count("[") > MAX_NESTING and json_text_nesting(value) > MAX_NESTING:
-                raise RequestError(f"nested deeper than {MAX_NESTING} levels", location=f"{location}.{key}")
+                raise RequestError(
+                    f"nested deeper than {MAX_NESTING} levels", location=_path((location, key, True))
+                )
         elif not isinstance(value, (int, float, bool, type(None))):
-            check_value(value, f"{location}.{key}")
+            check_value(value, (location, key, True))
 
 
 def check_message_limits(raw: Mapping[str, Any], location: str) -> None:
@@ -293,18 +308,19 @@ def check_message_limits(raw: Mapping[str, Any], location: str) -> None:
     levels (each content part, tool call field and tool-call ``arguments`` counted on its
     own) and no string or key holds a lone surrogate."""
     for key, value in raw.items():
-        _check_key(key, location)
+        if not (type(key) is str and key.isascii()):  # the common key, checked inline
+            _check_key(key, location)
         if isinstance(value, str):
-            if _lone_surrogate(value):
+            if not value.isascii() and _lone_surrogate(value):
                 raise RequestError(_surrogate_problem(value), location=f"{location}.{key}")
         elif key == "tool_calls" and isinstance(value, list):
             for j, call in enumerate(value):
-                _check_object(call, f"{location}.{key}[{j}]", nested="function")
+                _check_object(call, ((location, key, True), j, False), nested="function")
         elif key == "content" and isinstance(value, list):
             for j, part in enumerate(value):
-                check_value(part, f"{location}.{key}[{j}]")
+                check_value(part, ((location, key, True), j, False))
         elif value is not None:
-            check_value(value, f"{location}.{key}")
+            check_value(value, (location, key, True))
 
 
 # -- validation -------------------------------------------------------------------------------

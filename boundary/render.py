@@ -44,6 +44,7 @@ from boundary.sandbox import (
     TemplateRaised,
     fixed_clock,
 )
+from boundary.sandbox.limits import limited, release, tick
 
 _OPEN = "\U0010fff0"
 _CLOSE = "\U0010fff1"
@@ -86,33 +87,25 @@ _RECORDER: ContextVar[_Recorder] = ContextVar("boundary_recorder")
 _SKIP = object()  # the flipped value is not needed: the outcome is already known
 
 
-@jinja2.pass_context
-def _flip(context: Any, site: int, *values: Any) -> Any:
+# The instrumentation's callbacks (filters the template cannot name). Each reads the render's
+# recorder or deadline from the context variable set around the render, once per call.
+def _flip(site: int, *values: Any) -> Any:
     return _RECORDER.get().flip(site, values)
 
 
-@jinja2.pass_context
-def _probe(context: Any, flipped: Any, value: Any) -> bool:
+def _probe(flipped: Any, value: Any) -> bool:
     return _RECORDER.get().probe(flipped, value)
 
 
-@jinja2.pass_context
-def _emit(context: Any, _: int) -> str:
+def _emit(_: int) -> str:
     return _RECORDER.get().emit()
 
 
-@jinja2.pass_context
-def _message(context: Any, _: int, site: int, item: Any) -> str:
+def _message(_: int, site: int, item: Any) -> str:
     return _RECORDER.get().message(site, item)
 
 
-@jinja2.pass_context
-def _tick(context: Any, _: int) -> str:
-    return _RECORDER.get().deadline.tick()
-
-
-@jinja2.pass_context
-def _generation(context: Any, _: int, start: bool) -> str:
+def _generation(_: int, start: bool) -> str:
     return _RECORDER.get().generation(start)
 
 
@@ -125,9 +118,10 @@ def _sandbox(limits: RenderLimits) -> Sandbox:
             ins.PROBE: _probe,
             ins.EMIT: _emit,
             ins.MESSAGE: _message,
-            ins.TICK: _tick,
+            ins.TICK: tick,
             ins.GENERATION: _generation,
             ins.CHECKED_ADD: env._checked_add,
+            ins.CHECKED_ADDS: env.checked_adds,
             ins.CHECKED_CONCAT: _concat(env),
             ins.CHECKED_SLICE: env.checked_slice,
         }
@@ -177,13 +171,12 @@ class _Recorder:
     mark or ''. Once the first divergent probe is found (or a probe's flipped value is
     unknown), later probes are not evaluated."""
 
-    __slots__ = ("_flipped", "_message_ids", "_pending", "deadline", "decided", "nonce", "unknown")
+    __slots__ = ("_flipped", "_message_ids", "_pending", "decided", "nonce", "unknown")
 
-    def __init__(self, messages: Sequence[Any], compiled: CompiledTemplate, limits: RenderLimits) -> None:
+    def __init__(self, messages: Sequence[Any], compiled: CompiledTemplate) -> None:
         self.nonce = _OPEN + secrets.token_hex(6) + ":"
         self._message_ids = {id(m): i for i, m in enumerate(messages)}
         self._flipped = compiled.flipped
-        self.deadline = Deadline(limits)
         self.decided = compiled.unavailable_reason is not None
         self.unknown: str | None = None
         self._pending = False
@@ -241,7 +234,7 @@ def render_text(
 ) -> TextRendering:
     """Render once; ``variables`` are the tokenizer's special tokens plus template kwargs,
     passed as transformers passes them."""
-    recorder = _Recorder(messages, compiled, limits)
+    recorder = _Recorder(messages, compiled)
     context: dict[str, Any] = {
         **(variables or {}),
         "messages": messages,
@@ -258,19 +251,25 @@ def render_text(
 def _run(
     template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, limits: RenderLimits
 ) -> str:
+    """Render with ``recorder`` and one ``Deadline`` (loop steps, sizes, clock) active: the
+    template's own generator is drawn directly, with jinja2's traceback rewriting on errors."""
     chunks: list[str] = []
     size = 0
-    token = _RECORDER.set(recorder)
+    deadline = Deadline(limits)
+    tokens = limited(deadline), _RECORDER.set(recorder)
     try:
-        for chunk in template.generate(context):
-            size += len(chunk)
-            chunks.append(chunk)
-            if size > limits.max_output_chars:
-                raise RenderLimitExceeded(
-                    f"output passed max_output_chars={limits.max_output_chars:,}", location="template"
-                )
-            if not len(chunks) & 0x3FF:
-                recorder.deadline.check_time()
+        try:
+            for chunk in template.root_render_func(template.new_context(context)):
+                size += len(chunk)
+                chunks.append(chunk)
+                if size > limits.max_output_chars:
+                    raise RenderLimitExceeded(
+                        f"output passed max_output_chars={limits.max_output_chars:,}", location="template"
+                    )
+                if not len(chunks) & 0x3FF:
+                    deadline.check_time()
+        except Exception:
+            template.environment.handle_exception()  # re-raises with the template's line numbers
     except TemplateRaised as exc:
         raise TemplateRenderError(str(exc.message), location=_template_line(exc)) from None
     except jinja2.exceptions.SecurityError as exc:
@@ -291,8 +290,9 @@ def _run(
     ) as exc:
         raise TemplateRenderError(f"{type(exc).__name__}: {exc}", location=_template_line(exc)) from None
     finally:
-        _RECORDER.reset(token)
-    recorder.deadline.check_time()
+        _RECORDER.reset(tokens[1])
+        release(tokens[0])
+    deadline.check_time()
     return "".join(chunks)
 
 

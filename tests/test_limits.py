@@ -460,3 +460,13 @@ def test_a_render_holds_its_deadline_only_while_it_runs() -> None:
     with pytest.raises(boundary.RenderLimitExceeded):
         env.filters["center"]("x", 30_000)
     assert env.filters["center"]("x", 5) == "  x  "
+
+
+def test_loop_steps_and_filter_steps_count_against_one_budget() -> None:
+    limits = RenderLimits(max_loop_steps=1000)
+    loop = "{% for i in range(600) %}{% endfor %}"
+    sort = "{{ (range(600)|list)|sort|length }}"
+    for alone in (loop, sort):  # each stays under the limit on its own
+        render_text(compile_template(alone, limits), MESSAGES, limits=limits)
+    with pytest.raises(boundary.RenderLimitExceeded, match="max_loop_steps"):
+        render_text(compile_template(loop + sort, limits), MESSAGES, limits=limits)
