@@ -25,7 +25,7 @@ from boundary.sandbox.template_globals import FIXED_CLOCK_CODE, strftime_now
 from boundary.sandbox.text_estimates import est_case, est_escape, est_striptags
 
 if TYPE_CHECKING:
-    from boundary.sandbox.environment import Sandbox
+    from boundary.sandbox.base import SandboxBase as Sandbox
 
 
 def est_lipsum(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:

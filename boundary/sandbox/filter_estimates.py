@@ -46,7 +46,7 @@ from boundary.sandbox.text_estimates import (
 )
 
 if TYPE_CHECKING:
-    from boundary.sandbox.environment import Sandbox
+    from boundary.sandbox.base import SandboxBase as Sandbox
 
 
 def _est_join_filter(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:

@@ -15,7 +15,7 @@ from boundary.sandbox.sizes import json_quick
 from boundary.sandbox.template_globals import tojson
 
 if TYPE_CHECKING:
-    from boundary.sandbox.environment import Sandbox
+    from boundary.sandbox.base import SandboxBase as Sandbox
 
 
 # The str method a filter applies to a plain string (jinja2's do_trim, do_upper, ... are

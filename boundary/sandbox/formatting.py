@@ -15,7 +15,7 @@ from boundary.sandbox.base import SandboxBase
 from boundary.sandbox.sizes import digit_sum, is_int, repr_size_of
 
 if TYPE_CHECKING:
-    from boundary.sandbox.environment import Sandbox
+    from boundary.sandbox.base import SandboxBase as Sandbox
 
 
 class _SizedFormatterMixin:

@@ -24,7 +24,7 @@ from boundary.sandbox.sizes import (
 )
 
 if TYPE_CHECKING:
-    from boundary.sandbox.environment import Sandbox
+    from boundary.sandbox.base import SandboxBase as Sandbox
 
 
 def est_copy(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
