@@ -1,7 +1,8 @@
 """Typed OpenAI-style chat requests, validated one message at a time.
 
 Where it sits: the first stage, request: what the render stage takes; it imports only
-``errors``.
+``errors`` and its two halves, ``request_models`` (the typed models, re-exported here) and
+``request_limits`` (nesting and surrogate checks on raw input, re-exported here).
 
 Validation, normalization and rendering are separate stages: ``parse_messages`` /
 ``parse_tools`` turn untrusted input into models (or raise ``RequestError`` naming the
@@ -19,308 +20,42 @@ a JSON object, values nested deeper than ``MAX_NESTING`` levels, lone surrogates
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Discriminator,
-    Field,
-    Tag,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-)
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from boundary.errors import RequestError
+from boundary.request_limits import (
+    MAX_NESTING,
+    check_message_limits,
+    check_object,
+    check_value,
+    json_text_nesting,
+)
+from boundary.request_models import (
+    PART_FIELDS,
+    REASONING_FIELDS,
+    AssistantMessage,
+    Content,
+    ContentPart,
+    DeveloperMessage,
+    FunctionCall,
+    FunctionDefinition,
+    Message,
+    SystemMessage,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
 
-MAX_NESTING = 64
-"""The deepest nesting (objects and arrays inside each other) a field value may have."""
-
-# Content part types of the OpenAI chat schema and the fields each carries (``strict=True``).
-PART_FIELDS: dict[str, frozenset[str]] = {
-    "text": frozenset({"type", "text"}),
-    "image_url": frozenset({"type", "image_url"}),
-    "input_audio": frozenset({"type", "input_audio"}),
-    "file": frozenset({"type", "file"}),
-    "refusal": frozenset({"type", "refusal"}),
-}
-
-REASONING_FIELDS = ("reasoning", "reasoning_content")
-"""Where clients send an assistant turn's reasoning (vLLM reads both)."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
-
-
-class TextPart(_Model):
-    """A text content part; the only part type a text chat template renders as text."""
-
-    type: Literal["text"]
-    text: str
-
-
-class ContentPart(_Model):
-    """Any other content part (``image_url``, ``input_audio``, ``file``, ...), passed through."""
-
-    type: str
-
-
-def _part_kind(value: Any) -> str | None:
-    if isinstance(value, Mapping):
-        return "TextPart" if value.get("type") == "text" else "ContentPart"
-    if isinstance(value, BaseModel):
-        return "TextPart" if getattr(value, "type", None) == "text" else "ContentPart"
-    return None
-
-
-Part = Annotated[
-    Annotated[TextPart, Tag("TextPart")] | Annotated[ContentPart, Tag("ContentPart")],
-    Discriminator(_part_kind, custom_error_type="part_type", custom_error_message="expected an object"),
-]
-
-
-def _content_shape(value: Any) -> Any:
-    if value is not None and not isinstance(value, (str, list)):
-        raise ValueError(f"expected a string or a list of content parts, got {type(value).__name__}")
-    return value
-
-
-Content = Annotated[str | list[Part], BeforeValidator(_content_shape)]
-
-
-class FunctionCall(_Model):
-    """``arguments`` is a JSON object, either as text (as the model wrote it) or already
-    parsed; ``""`` means no arguments (as vLLM reads it)."""
-
-    name: str = Field(min_length=1)
-    arguments: str | dict[str, Any]
-
-    @field_validator("arguments")
-    @classmethod
-    def _arguments_are_a_json_object(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
-        if isinstance(value, str) and value:
-            try:
-                parsed = json.loads(value)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"not valid JSON ({exc.msg} at char {exc.pos})") from None
-            if not isinstance(parsed, dict):
-                raise ValueError(f"expected a JSON object, got {type(parsed).__name__}")
-            problem = _find_problem(parsed, "")
-            if problem is not None:  # a JSON escape such as "\ud800" decodes to a lone surrogate
-                raise ValueError(problem[1])
-        return value
-
-    def parsed_arguments(self) -> dict[str, Any]:
-        if isinstance(self.arguments, dict):
-            return dict(self.arguments)
-        return json.loads(self.arguments) if self.arguments else {}
-
-    def arguments_text(self) -> str:
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments, ensure_ascii=False)
-
-
-class ToolCall(_Model):
-    id: str | None = None
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class _Message(_Model):
-    name: str | None = None
-
-
-class SystemMessage(_Message):
-    role: Literal["system"]
-    content: Content
-
-
-class DeveloperMessage(_Message):
-    role: Literal["developer"]
-    content: Content
-
-
-class UserMessage(_Message):
-    role: Literal["user"]
-    content: Content
-
-
-class AssistantMessage(_Message):
-    """Besides the chat schema: the reasoning fields frontends use, and what the OpenAI SDK
-    echoes back from a completion (``refusal``, ``annotations``, ``audio``, ``function_call``)."""
-
-    role: Literal["assistant"]
-    content: Content | None = None
-    reasoning_content: str | None = None
-    reasoning: str | None = None
-    thinking: str | None = None
-    tool_calls: list[ToolCall] | None = None
-    refusal: str | None = None
-    annotations: list[Any] | None = None
-    audio: dict[str, Any] | None = None
-    function_call: dict[str, Any] | None = None
-
-
-class ToolMessage(_Message):
-    role: Literal["tool"]
-    content: Content
-    tool_call_id: str = Field(min_length=1)
-
-
-Message = Annotated[
-    SystemMessage | DeveloperMessage | UserMessage | AssistantMessage | ToolMessage,
-    Field(discriminator="role"),
-]
-
-
-class FunctionDefinition(_Model):
-    name: str = Field(min_length=1)
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-    strict: bool | None = None
-
-
-class Tool(_Model):
-    type: Literal["function"] = "function"
-    function: FunctionDefinition
-
-
 _MESSAGE = TypeAdapter(Message)
 _TOOL = TypeAdapter(Tool)
-
-
-# -- request limits ---------------------------------------------------------------------------
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-_BRACKET = re.compile(r"[\[\]{}]")
-
-
-def _lone_surrogate(text: str) -> bool:
-    return not text.isascii() and _SURROGATE.search(text) is not None  # isascii() is O(1)
-
-
-def _surrogate_problem(text: str) -> str:
-    found = _SURROGATE.search(text)
-    where = f" (U+{ord(found.group()):04X} at char {found.start()})" if found else ""
-    return f"contains a lone surrogate{where}; text must be valid Unicode"
-
-
-_CONTAINERS = (dict, list, tuple, Mapping)
-
-Path = str | tuple[Any, Any, bool]
-"""A location, written out only when a problem is found: a field name, or (parent path, key,
-whether the parent is a mapping) for ``parent.key`` / ``parent[key]``."""
-
-
-def _path(where: Path) -> str:
-    parts: list[str] = []
-    while isinstance(where, tuple):
-        where, key, is_map = where
-        parts.append(f".{key}" if is_map else f"[{key}]")
-    return where + "".join(reversed(parts))
-
-
-def _find_problem(value: Any, location: Path, *, limit: int = MAX_NESTING) -> tuple[str, str] | None:
-    """The first (location, message) in ``value``: nesting deeper than ``limit`` containers
-    (located at ``location``, the field) or a lone surrogate in a string or key (located at
-    its own path). Iterative, so no input can exhaust the stack."""
-    if isinstance(value, str):
-        return (_path(location), _surrogate_problem(value)) if _lone_surrogate(value) else None
-    if not isinstance(value, _CONTAINERS):
-        return None
-    stack: list[tuple[Any, Path, int]] = [(value, location, 0)]
-    while stack:
-        item, where, depth = stack.pop()
-        if depth >= limit:
-            return _path(location), f"nested deeper than {limit} levels"
-        is_map = isinstance(item, (dict, Mapping))
-        for key, child in item.items() if is_map else enumerate(item):
-            if is_map and isinstance(key, str) and not key.isascii() and _lone_surrogate(key):
-                return _path(where), f"a key {_surrogate_problem(key)}"
-            if isinstance(child, str):
-                if not child.isascii() and _lone_surrogate(child):
-                    return _path((where, key, is_map)), _surrogate_problem(child)
-            elif isinstance(child, _CONTAINERS):
-                stack.append((child, (where, key, is_map), depth + 1))
-    return None
-
-
-def json_text_nesting(text: str) -> int:
-    """How deep objects and arrays nest in the JSON ``text`` (0 for a scalar); linear time,
-    no parsing, so it is safe to ask before ``json.loads``."""
-    if text.count("{") + text.count("[") == 0:
-        return 0
-    depth = deepest = 0
-    for bracket in _BRACKET.findall(_JSON_STRING.sub("", text)):
-        if bracket in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        else:
-            depth -= 1
-    return deepest
-
-
-def check_value(value: Any, location: Path, *, limit: int = MAX_NESTING) -> None:
-    """Raise ``RequestError`` if ``value`` nests deeper than ``limit`` levels or holds a lone
-    surrogate; ``location`` names the field."""
-    problem = _find_problem(value, location, limit=limit)
-    if problem is not None:
-        raise RequestError(problem[1], location=problem[0])
-
-
-def _check_key(key: Any, location: Path) -> None:
-    if isinstance(key, str) and not key.isascii() and _lone_surrogate(key):
-        raise RequestError(f"a key {_surrogate_problem(key)}", location=_path(location))
-
-
-def _check_object(obj: Any, location: Path, nested: str | None = None) -> None:
-    """Each field of ``obj`` within the limits; the fields of ``obj[nested]`` one by one,
-    and a JSON-text ``arguments`` by its text's nesting."""
-    if not isinstance(obj, (dict, Mapping)):
-        check_value(obj, location)
-        return
-    for key, value in obj.items():
-        if not (type(key) is str and key.isascii()):  # the common key, checked inline
-            _check_key(key, location)
-        if key == nested and isinstance(value, (dict, Mapping)):
-            _check_object(value, (location, key, True))
-        elif key == "arguments" and isinstance(value, str):
-            check_value(value, (location, key, True))
-            if value.count("{") + value.count("[") > MAX_NESTING and json_text_nesting(value) > MAX_NESTING:
-                raise RequestError(
-                    f"nested deeper than {MAX_NESTING} levels", location=_path((location, key, True))
-                )
-        elif not isinstance(value, (int, float, bool, type(None))):
-            check_value(value, (location, key, True))
-
-
-def check_message_limits(raw: Mapping[str, Any], location: str) -> None:
-    """The request limits on one raw message: every field nests at most ``MAX_NESTING``
-    levels (each content part, tool call field and tool-call ``arguments`` counted on its
-    own) and no string or key holds a lone surrogate."""
-    for key, value in raw.items():
-        if not (type(key) is str and key.isascii()):  # the common key, checked inline
-            _check_key(key, location)
-        if isinstance(value, str):
-            if not value.isascii() and _lone_surrogate(value):
-                raise RequestError(_surrogate_problem(value), location=f"{location}.{key}")
-        elif key == "tool_calls" and isinstance(value, list):
-            for j, call in enumerate(value):
-                _check_object(call, ((location, key, True), j, False), nested="function")
-        elif key == "content" and isinstance(value, list):
-            for j, part in enumerate(value):
-                check_value(part, ((location, key, True), j, False))
-        elif value is not None:
-            check_value(value, (location, key, True))
 
 
 # -- validation -------------------------------------------------------------------------------
@@ -459,7 +194,7 @@ def parse_tools(
     for i, raw in enumerate(tools):
         if isinstance(raw, BaseModel):
             raw = raw.model_dump(exclude_unset=True)
-        _check_object(raw, f"tools[{i}]", nested="function")
+        check_object(raw, f"tools[{i}]", nested="function")
         try:
             tool = _TOOL.validate_python(raw)
         except ValidationError as exc:

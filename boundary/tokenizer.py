@@ -12,33 +12,35 @@ tokenizers run on) together with the special-token variables that chat templates
 rule is in ``boundary.encoding``); a ``Tokenizer`` is never changed after it is built, and
 building one never changes the ``tokenizers.Tokenizer`` it is given.
 
-Shipped vocabularies live under ``vocabularies/<name>/vocabulary.toml``: either an HF
-``tokenizer.json`` or a tiktoken rank file, converted once with transformers'
-``TikTokenConverter`` and cached on disk (``BOUNDARY_CACHE_DIR``).
+Shipped vocabularies (``vocabularies/<name>/vocabulary.toml``) are loaded by
+``boundary.shipped_vocabularies``; its names are re-exported here.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import tokenizers
-from pydantic import BaseModel, ConfigDict
 
 from boundary.encoding import Cut, CutRule, CutTokenMap, SegmentEncoder, cut_rule
 from boundary.errors import TokenizerError
 from boundary.offsets import CharOffset, OffsetsTokenMap, TokenMap, TokenOffset
-from boundary.resources import cache_dir, data_dir
-
-_CONVERSION_VERSION = "1"  # bump when the conversion below changes
+from boundary.shipped_vocabularies import (
+    VocabularySpec,
+    check_against_tiktoken,
+    convert_tiktoken,
+    load_tokenizer_json,
+    load_vocabulary,
+    rank_source,
+    stand_in_backend,
+    vocabulary_names,
+    vocabulary_spec,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +228,7 @@ class Tokenizer:
         if isinstance(obj, (str, os.PathLike)):
             path = Path(obj)
             if path.is_file():
-                return cls(_load_json(path), special_tokens=special_tokens, source=str(path))
+                return cls(load_tokenizer_json(path), special_tokens=special_tokens, source=str(path))
             if path.is_dir():
                 return cls.from_transformers(_auto_tokenizer(str(path)), source=str(path))
             raise TokenizerError(f"no tokenizer at {str(path)!r}", location="tokenizer")
@@ -286,13 +288,6 @@ def _with_special_tokens(backend: tokenizers.Tokenizer, tokens: Iterable[str]) -
     return backend
 
 
-def _load_json(path: Path) -> tokenizers.Tokenizer:
-    try:
-        return tokenizers.Tokenizer.from_file(str(path))
-    except Exception as exc:  # tokenizers raises bare Exception subclasses
-        raise TokenizerError(f"cannot read {path.name}: {exc}", location=str(path)) from None
-
-
 def _auto_tokenizer(path_or_id: str) -> Any:
     from transformers import AutoTokenizer
 
@@ -300,108 +295,6 @@ def _auto_tokenizer(path_or_id: str) -> Any:
         return AutoTokenizer.from_pretrained(path_or_id)
     except Exception as exc:
         raise TokenizerError(f"cannot load a tokenizer: {exc}", location=path_or_id) from None
-
-
-# -- shipped vocabularies ---------------------------------------------------------------------
-
-
-class VocabularySpec(BaseModel):
-    """``vocabularies/<name>/vocabulary.toml``."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    name: str
-    kind: Literal["tiktoken", "tokenizers"]
-    file: str
-    source: str
-    license: str
-    pattern: str | None = None  # tiktoken: the pre-tokenizer split regex
-    normalize: Literal["NFC"] | None = None
-    added_tokens: dict[str, int] = {}  # tiktoken: content -> id
-    non_special: list[str] = []  # added tokens that are not flagged special
-
-
-def vocabulary_names() -> list[str]:
-    root = data_dir("vocabularies")
-    return sorted(p.parent.name for p in root.glob("*/vocabulary.toml"))
-
-
-def vocabulary_spec(name: str) -> VocabularySpec:
-    path = data_dir("vocabularies") / name / "vocabulary.toml"
-    if not path.is_file():
-        raise TokenizerError(
-            f"no shipped vocabulary {name!r} (have: {', '.join(vocabulary_names())})", location="vocabulary"
-        )
-    with path.open("rb") as f:
-        return VocabularySpec.model_validate(tomllib.load(f))
-
-
-def rank_source(name: str) -> tuple[Path, str] | None:
-    """The rank file and split pattern of shipped vocabulary ``name``, if it is a tiktoken one."""
-    spec = vocabulary_spec(name)
-    if spec.kind != "tiktoken" or spec.pattern is None:
-        return None
-    return data_dir("vocabularies") / name / spec.file, spec.pattern
-
-
-@cache
-def load_vocabulary(name: str) -> tokenizers.Tokenizer:
-    """A shipped vocabulary as a ``tokenizers.Tokenizer`` (converted and cached on first use)."""
-    spec = vocabulary_spec(name)
-    folder = data_dir("vocabularies") / name
-    if spec.kind == "tokenizers":
-        return _load_json(folder / spec.file)
-    return _converted_tiktoken(spec, folder / spec.file)
-
-
-def _converted_tiktoken(spec: VocabularySpec, rank_file: Path) -> tokenizers.Tokenizer:
-    digest = hashlib.sha256(rank_file.read_bytes())
-    digest.update(spec.model_dump_json().encode())
-    digest.update(_CONVERSION_VERSION.encode())
-    cached = cache_dir() / "vocabularies" / f"{spec.name}-{digest.hexdigest()[:16]}.json"
-    if cached.is_file():
-        return _load_json(cached)
-    tok = convert_tiktoken(spec, rank_file)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(tok.to_str())
-    os.replace(tmp, cached)
-    return tok
-
-
-def convert_tiktoken(spec: VocabularySpec, rank_file: Path) -> tokenizers.Tokenizer:
-    """Rank file -> HF BPE with transformers' converter, NFC as the vocabulary says, and the
-    added tokens at their published ids with their published special flags."""
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
-    if spec.pattern is None:
-        raise TokenizerError("a tiktoken vocabulary needs its split pattern", location=f"{spec.name}.pattern")
-    tok: tokenizers.Tokenizer = TikTokenConverter(vocab_file=str(rank_file), pattern=spec.pattern).converted()
-    if spec.normalize == "NFC":
-        tok.normalizer = tokenizers.normalizers.NFC()
-    base = tok.get_vocab_size(with_added_tokens=False)
-    non_special = set(spec.non_special)
-    for content, token_id in sorted(spec.added_tokens.items(), key=lambda kv: kv[1]):
-        if token_id != tok.get_vocab_size(with_added_tokens=True):
-            raise TokenizerError(
-                f"added token {content!r} wants id {token_id}, next free id is "
-                f"{tok.get_vocab_size(with_added_tokens=True)} (ranks: {base})",
-                location=f"{spec.name}.added_tokens",
-            )
-        tok.add_tokens([tokenizers.AddedToken(content, special=content not in non_special, normalized=False)])
-    return tok
-
-
-def stand_in_backend(base: str, control_tokens: Iterable[str]) -> tokenizers.Tokenizer:
-    """A test vocabulary: shipped vocabulary ``base`` plus ``control_tokens`` as special added tokens.
-
-    For families with no vocabulary available offline. Text tokenizes like ``base``, the
-    family's control tokens are single tokens; ids are not the real model's.
-    """
-    tok = tokenizers.Tokenizer.from_str(load_vocabulary(base).to_str())
-    tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in control_tokens])
-    return tok
 
 
 def template_literals(template_source: str) -> str:
@@ -415,28 +308,17 @@ def template_literals(template_source: str) -> str:
     return "\0".join(literals)
 
 
-def check_against_tiktoken(name: str, texts: Iterable[str]) -> list[str]:
-    """Texts on which the converted vocabulary and tiktoken disagree (empty: identical)."""
-    import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
-
-    spec = vocabulary_spec(name)
-    ranks = load_tiktoken_bpe(str(data_dir("vocabularies") / name / spec.file))
-    ref = tiktoken.Encoding(
-        name=f"boundary-{name}",
-        pat_str=spec.pattern or "",
-        mergeable_ranks=ranks,
-        special_tokens=dict(spec.added_tokens),
-    )
-    ours = load_vocabulary(name)
-    bad = []
-    for text in texts:
-        expected = ref.encode(_nfc(text, spec), allowed_special="all")
-        if ours.encode(text, add_special_tokens=False).ids != expected:
-            bad.append(text)
-    return bad
-
-
-def _nfc(text: str, spec: VocabularySpec) -> str:
-    """NFC as the converted vocabulary applies it (``tokenizers``' tables, not ``unicodedata``'s)."""
-    return tokenizers.normalizers.NFC().normalize_str(text) if spec.normalize == "NFC" else text
+__all__ = [
+    "Encoded",
+    "EncodingTokenMap",
+    "Tokenizer",
+    "VocabularySpec",
+    "check_against_tiktoken",
+    "convert_tiktoken",
+    "load_vocabulary",
+    "rank_source",
+    "stand_in_backend",
+    "template_literals",
+    "vocabulary_names",
+    "vocabulary_spec",
+]

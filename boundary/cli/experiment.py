@@ -47,6 +47,14 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "WORKLOAD is a shipped workload (tau_bench, mt_bench, bfcl, synthetic) or a JSONL trace file in the "
         "audit's format.",
     )
+    _add_workload_arguments(p)
+    _add_cache_arguments(p)
+    _add_load_arguments(p)
+    _add_output_arguments(p)
+
+
+def _add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    """Which sessions to replay, rendered how."""
     p.add_argument("--workload", required=True, help="tau_bench | mt_bench | bfcl | synthetic | PATH.jsonl")
     p.add_argument("--family", default="qwen3_5", help="shipped family (default: qwen3_5)")
     p.add_argument("--variant", help="template variant (default: the family's default)")
@@ -69,6 +77,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--sessions", type=int, help="use only the first N sessions")
     p.add_argument("--synthetic-sessions", type=int, default=200, help="sessions of the synthetic workload")
     p.add_argument("--bfcl-categories", default="base", help="BFCL multi-turn categories, comma-separated")
+
+
+def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
+    """The policies, budgets and cache model the workload is replayed through."""
     p.add_argument(
         "--policies",
         default=POLICIES,
@@ -104,6 +116,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="keep junction states at the unit (vLLM --enable-mamba-shared-prefix-checkpoint)",
     )
+
+
+def _add_load_arguments(p: argparse.ArgumentParser) -> None:
+    """How many sessions run at once, and the load sweep."""
     p.add_argument("--concurrency", type=float, default=16.0, help="mean concurrent sessions (default 16)")
     p.add_argument(
         "--load-concurrency",
@@ -118,6 +134,10 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         help="load sweep: cache memory (repeatable; with --load-concurrency)",
     )
     p.add_argument("--seed", type=int, default=0)
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """Where the result, report and plots go."""
     p.add_argument(
         "--json", dest="json_out", type=Path, help="write the machine-readable result ('-': stdout)"
     )

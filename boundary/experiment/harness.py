@@ -212,17 +212,15 @@ def run_unit(
     say: Progress,
     keep_runs: dict[tuple[int, str, str], Run] | None = None,
 ) -> UnitResult:
-    """Every policy under every budget mode at one unit. The equal checkpoint-byte budget is
-    main_sparse's mean retained-state bytes under equal capacity (at least one state, at most
-    90% of the capacity so blocks keep some room), unless ``checkpoint_budget_gib`` fixes it."""
+    """Every policy under every budget mode at one unit (the checkpoint-byte budget:
+    ``_checkpoint_budget_bytes``)."""
     say(f"unit {geometry.unit} (block {geometry.block_size}): hashing {len(stream)} requests")
     requests = cache_requests(stream, geometry.unit)
     events = event_order(requests)
     oracle_hits = replay_oracle(requests, geometry.unit, events)
-    capacity = config.capacity_gib * GIB
     base_config = CacheConfig(
         geometry,
-        capacity,
+        config.capacity_gib * GIB,
         junction_at_unit=config.junction_at_unit,
         max_chunk_tokens=config.max_chunk_tokens,
     )
@@ -244,10 +242,7 @@ def run_unit(
 
     say(f"  main_sparse / {BudgetMode.EQUAL_CAPACITY.value}")
     baseline = run("main_sparse", base_config, BudgetMode.EQUAL_CAPACITY)
-    if config.checkpoint_budget_gib is not None:
-        budget_bytes = config.checkpoint_budget_gib * GIB
-    else:
-        budget_bytes = min(max(baseline.mean_state_bytes, float(geometry.state_bytes)), 0.9 * capacity)
+    budget_bytes = _checkpoint_budget_bytes(config, baseline, geometry)
     metrics: list[dict[str, Any]] = []
     runs: dict[tuple[str, str], Run] = {}
     for budget in config.budgets:
@@ -268,6 +263,15 @@ def run_unit(
         oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost)),
         runs=metrics,
     )
+
+
+def _checkpoint_budget_bytes(config: ExperimentConfig, baseline: Run, geometry: CacheGeometry) -> float:
+    """The equal checkpoint-byte budget: ``checkpoint_budget_gib`` if set, else
+    main_sparse's mean retained-state bytes under equal capacity (``baseline``), at least one
+    state and at most 90% of the capacity (so blocks keep some room)."""
+    if config.checkpoint_budget_gib is not None:
+        return config.checkpoint_budget_gib * GIB
+    return min(max(baseline.mean_state_bytes, float(geometry.state_bytes)), 0.9 * (config.capacity_gib * GIB))
 
 
 def _budget_runs(

@@ -83,10 +83,7 @@ def write(
 
 
 def read(text: str, *, prefilled: bool) -> HarmonyRead:
-    reasoning: list[str] = []
-    content: list[str] = []
-    calls: list[ReadCall] = []
-    regions: list[Region] = []
+    found = _Found()
     pos = 0
     stop: str | None = None
     while pos < len(text):
@@ -96,18 +93,45 @@ def read(text: str, *, prefilled: bool) -> HarmonyRead:
         elif pos == 0 and prefilled:
             head = pos
         else:
-            return _read(
-                reasoning, content, calls, regions, None, f"unexpected text: {text[pos : pos + 40]!r}"
-            )
+            return found.result(None, f"unexpected text: {text[pos : pos + 40]!r}")
         msg = text.find(MESSAGE, head)
         if msg < 0:
-            return _read(reasoning, content, calls, regions, None, "a message header is never finished", True)
+            return found.result(None, "a message header is never finished", True)
         header = text[head:msg]
         body_at = msg + len(MESSAGE)
         ends = [(text.find(t, body_at), t) for t in _TERMINATORS]
         ends = [(i, t) for i, t in ends if i >= 0]
         term_at, term = min(ends) if ends else (len(text), "")
-        body = text[body_at:term_at]
+        problem = found.take(header, text[body_at:term_at], seg, body_at, term_at, term)
+        if problem is not None:
+            return found.result(None, *problem)
+        if not term:
+            return found.result(None, "the last message is never finished", True)
+        pos = term_at + len(term)
+        if pos == len(text) or term in (RETURN, CALL):
+            stop = term
+            found.regions.append(Region(RegionKind.STOP, term_at, pos))
+            if pos != len(text):
+                return found.result(stop, f"text after {term}: {text[pos : pos + 40]!r}")
+            break
+    return found.result(stop, None)
+
+
+@dataclass(slots=True)
+class _Found:
+    """What ``read`` has found so far, message by message."""
+
+    reasoning: list[str] = field(default_factory=list)
+    content: list[str] = field(default_factory=list)
+    calls: list[ReadCall] = field(default_factory=list)
+    regions: list[Region] = field(default_factory=list)
+
+    def take(
+        self, header: str, body: str, seg: int, body_at: int, term_at: int, term: str
+    ) -> tuple[str, bool] | None:
+        """File one message (``seg`` to its terminator ``term`` at ``term_at``) by its header's
+        recipient and channel; the problem, and whether the message is unfinished, if it
+        cannot be filed."""
         channel = _CHANNEL.search(header)
         recipient = _RECIPIENT.search(header)
         kind = channel.group(1) if channel else ""
@@ -115,58 +139,32 @@ def read(text: str, *, prefilled: bool) -> HarmonyRead:
             try:
                 arguments_object(body)
             except JSONTextError as exc:
-                return _read(
-                    reasoning,
-                    content,
-                    calls,
-                    regions,
-                    None,
-                    f"tool call {len(calls)}: arguments are not a JSON object ({exc})",
-                    not term,
-                )
+                return f"tool call {len(self.calls)}: arguments are not a JSON object ({exc})", not term
             name = recipient.group(1).removeprefix("functions.")
-            calls.append(ReadCall(name, body, None, seg, term_at, body_at, term_at))
-            regions += [
-                Region(RegionKind.TOOL_CALL, seg, term_at, len(calls) - 1),
-                Region(RegionKind.ARGUMENTS, body_at, term_at, len(calls) - 1),
+            self.calls.append(ReadCall(name, body, None, seg, term_at, body_at, term_at))
+            self.regions += [
+                Region(RegionKind.TOOL_CALL, seg, term_at, len(self.calls) - 1),
+                Region(RegionKind.ARGUMENTS, body_at, term_at, len(self.calls) - 1),
             ]
         elif kind == "analysis":
-            reasoning.append(body)
-            regions.append(Region(RegionKind.REASONING, seg, term_at + (len(term) if term == END else 0)))
+            self.reasoning.append(body)
+            self.regions.append(
+                Region(RegionKind.REASONING, seg, term_at + (len(term) if term == END else 0))
+            )
         elif kind in ("final", "commentary"):
-            content.append(body)
-            regions.append(Region(RegionKind.CONTENT, seg, term_at))
+            self.content.append(body)
+            self.regions.append(Region(RegionKind.CONTENT, seg, term_at))
         else:
-            return _read(reasoning, content, calls, regions, None, f"unknown channel in header {header!r}")
-        if not term:
-            return _read(reasoning, content, calls, regions, None, "the last message is never finished", True)
-        pos = term_at + len(term)
-        if pos == len(text) or term in (RETURN, CALL):
-            stop = term
-            regions.append(Region(RegionKind.STOP, term_at, pos))
-            if pos != len(text):
-                return _read(
-                    reasoning, content, calls, regions, stop, f"text after {term}: {text[pos : pos + 40]!r}"
-                )
-            break
-    return _read(reasoning, content, calls, regions, stop, None)
+            return f"unknown channel in header {header!r}", False
+        return None
 
-
-def _read(
-    reasoning: list[str],
-    content: list[str],
-    calls: list[ReadCall],
-    regions: list[Region],
-    stop: str | None,
-    problem: str | None,
-    unclosed: bool = False,
-) -> HarmonyRead:
-    return HarmonyRead(
-        "\n".join(reasoning) if reasoning else None,
-        "\n".join(content) if content else None,
-        calls,
-        regions,
-        stop,
-        problem,
-        unclosed,
-    )
+    def result(self, stop: str | None, problem: str | None, unclosed: bool = False) -> HarmonyRead:
+        return HarmonyRead(
+            "\n".join(self.reasoning) if self.reasoning else None,
+            "\n".join(self.content) if self.content else None,
+            self.calls,
+            self.regions,
+            stop,
+            problem,
+            unclosed,
+        )

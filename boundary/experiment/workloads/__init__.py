@@ -90,22 +90,7 @@ def rendered_sessions(
     """Every session's requests, rendered, with no arrival times (``rid`` -1)."""
     say = progress or (lambda _msg: None)
     if workload == "synthetic":
-        requests = [
-            r
-            for session in synthetic.sessions(
-                options.synthetic_sessions,
-                seed=options.seed,
-                client=options.client,
-                history=options.synthetic_history,
-                shared_system=options.system_prompt == "shared",
-            )
-            for r in session
-        ]
-        return Stream(
-            "synthetic",
-            {"workload": "synthetic", "output_source": "synthetic tokens", **options.model_dump(mode="json")},
-            requests,
-        )
+        return _synthetic_stream(options)
     fam = boundary.load_family(options.family, variant=options.variant)
     formatter = native_output
     render = {"variant": options.variant, **options.template_kwargs}
@@ -121,17 +106,7 @@ def rendered_sessions(
     if workload not in SHIPPED:
         provenance["trace_sha"] = _digest(Path(workload))
     else:
-        scripts = _scripts(workload, options)
-        if options.sessions is not None:
-            scripts = scripts[: options.sessions]
-        synthesised = sorted({s for script in scripts for s in script.synthesised})
-        if options.reasoning and _thinks(fam, options):
-            scripts = [with_reasoning(s, options.seed, options.reasoning_words) for s in scripts]
-            synthesised.append("reasoning")
-        if options.system_prompt == "per_session":
-            scripts = [with_own_system_prompt(s, options.seed) for s in scripts]
-        provenance["synthesised"] = synthesised
-        provenance["scripts_sha"] = _json_digest([[s.name, s.messages, s.tools] for s in scripts])
+        scripts = _shipped_scripts(workload, fam, options, provenance)
     # The cache key covers every input that shapes a rendered stream, not just the options.
     provenance["template_sha"] = hashlib.sha256(fam.template(options.variant).encode()).hexdigest()[:16]
     provenance["tokenizer_sha"] = _tokenizer_digest(fam)
@@ -158,6 +133,46 @@ def rendered_sessions(
     if use_cache:
         stream.save(cached)
     return stream
+
+
+def _synthetic_stream(options: WorkloadOptions) -> Stream:
+    """The synthetic workload: token sessions made directly, nothing rendered or cached."""
+    requests = [
+        r
+        for session in synthetic.sessions(
+            options.synthetic_sessions,
+            seed=options.seed,
+            client=options.client,
+            history=options.synthetic_history,
+            shared_system=options.system_prompt == "shared",
+        )
+        for r in session
+    ]
+    return Stream(
+        "synthetic",
+        {"workload": "synthetic", "output_source": "synthetic tokens", **options.model_dump(mode="json")},
+        requests,
+    )
+
+
+def _shipped_scripts(
+    workload: str, fam: boundary.Family, options: WorkloadOptions, provenance: dict[str, Any]
+) -> list[SessionScript]:
+    """A shipped workload's session scripts as the options shape them (first N sessions,
+    synthetic reasoning, per-session system prompts); records what was synthesised and the
+    scripts' digest in ``provenance``."""
+    scripts = _scripts(workload, options)
+    if options.sessions is not None:
+        scripts = scripts[: options.sessions]
+    synthesised = sorted({s for script in scripts for s in script.synthesised})
+    if options.reasoning and _thinks(fam, options):
+        scripts = [with_reasoning(s, options.seed, options.reasoning_words) for s in scripts]
+        synthesised.append("reasoning")
+    if options.system_prompt == "per_session":
+        scripts = [with_own_system_prompt(s, options.seed) for s in scripts]
+    provenance["synthesised"] = synthesised
+    provenance["scripts_sha"] = _json_digest([[s.name, s.messages, s.tools] for s in scripts])
+    return scripts
 
 
 def build_stream(
