@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from boundary.cache.accounting import CacheGeometry, cdiv
 from boundary.cache.blocks import AttentionBlocks
 from boundary.cache.chunking import prefill_chunk_ends
-from boundary.cache.eviction import LRU, EvictionPolicy
+from boundary.cache.eviction import LRU, EvictionPolicy, FreeQueue
 from boundary.cache.lookup import Hit, find_joint_hit
 from boundary.cache.memory import Arena, Entry, EntryKind
 from boundary.cache.request import CacheRequest
@@ -47,11 +47,16 @@ class CacheConfig:
     max_chunk_tokens: int = 8192
     eviction: Callable[[], EvictionPolicy] = LRU
     output_reuse: bool = True
+    engine_steps: bool = False
+    async_lag: bool = False
 
     def __post_init__(self) -> None:
         budget = self.checkpoint_budget_bytes
         if budget is not None and not 0 < budget < self.capacity_bytes:
             raise ValueError(f"checkpoint budget {budget} must be inside (0, capacity {self.capacity_bytes})")
+        g = self.geometry
+        if self.engine_steps and (budget is not None or g.block_bytes != g.state_bytes):
+            raise ValueError("engine_steps models vLLM's one block pool: one arena of equal-size pages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +77,11 @@ class _InFlight:
     request: CacheRequest
     table: list[Entry]
     states: list[Entry]
-    scratch: Entry
+    scratch: Entry | None
     decision: Decision
     created: list[Entry]
+    running: list[Entry] = field(default_factory=list)  # engine_steps: held Mamba pages, oldest first
+    history: list[int] = field(default_factory=list)  # engine_steps: each step's end
 
 
 @dataclass(slots=True)
@@ -115,7 +122,10 @@ class HybridPrefixCache:
         self.stats = CacheStats()
         budget = config.checkpoint_budget_bytes
         working = config.capacity_bytes - (budget or 0)
-        self.working = Arena("working", working, config.eviction(), self._evicted)
+        policy = (
+            FreeQueue(int(working // self.geometry.block_bytes)) if config.engine_steps else config.eviction()
+        )
+        self.working = Arena("working", working, policy, self._evicted)
         self.checkpoints = (
             self.working if budget is None else Arena("checkpoints", budget, config.eviction(), self._evicted)
         )
@@ -156,6 +166,8 @@ class HybridPrefixCache:
                 self.stats.state_hits[label] += 1
             held_states.append(hit.state)
 
+        if self.config.engine_steps:
+            return self._admit_in_steps(request, decision, hit, held_states, now)
         # The hit blocks stay in the table up to the last whole block; the request writes its
         # own copy of a partially hit block (vLLM's copy-on-write tail).
         table = list(hit.blocks[:whole])
@@ -215,6 +227,8 @@ class HybridPrefixCache:
         self._advance(now)
         flight = self._in_flight.pop(rid)
         final = flight.decision if decision is None else decision
+        if self.config.engine_steps:
+            return self._finish_in_steps(flight, final, now)
         kept = set(final.prefill_positions)
         for state in flight.created:
             if state.position not in kept and "reactive" not in state.labels and state.keys:
@@ -238,7 +252,8 @@ class HybridPrefixCache:
             self._release(state, now)
         for block in reversed(flight.table):
             self._release(block, now)
-        self._release(flight.scratch, now)
+        if flight.scratch is not None:
+            self._release(flight.scratch, now)
         return tuple(created)
 
     def in_flight(self) -> int:
@@ -247,6 +262,164 @@ class HybridPrefixCache:
     def close(self, now: float) -> None:
         """Account occupancy up to ``now`` (the end of the replay)."""
         self._advance(now)
+
+    # -- engine steps (vLLM's block pool, step by step) --------------------------------------
+    def _admit_in_steps(
+        self, request: CacheRequest, decision: Decision, hit: Hit, held: list[Entry], now: float
+    ) -> Admission:
+        """``admit`` as vLLM runs the prefill: attention blocks allocated chunk by chunk, one
+        Mamba page per block the running state enters (a kept block-aligned state is the page
+        its chunk ended in), pages behind the processed position freed as the request moves on
+        (``MambaManager.remove_skipped_blocks``), sub-block states copied aside one step later."""
+        g = self.geometry
+        joint = hit.joint
+        whole = joint // g.block_size
+        plan = plan_retention(
+            decision,
+            junction=hit.junction,
+            joint=joint,
+            num_prompt_tokens=request.num_prompt_tokens,
+            geometry=g,
+            junction_at_unit=self.config.junction_at_unit,
+        )
+        in_prompt = [p for p in plan.states if p.in_prompt]
+        recached = sum(self._cached_already(p, request) for p in in_prompt)
+        flight = _InFlight(request, list(hit.blocks[:whole]), [], None, decision, [])
+        flight.history.append(joint)
+        if hit.state is not None:
+            flight.running.append(held[0])
+        self._in_flight[request.rid] = flight
+        n = request.num_prompt_tokens
+        native = prefill_chunk_ends(
+            joint, n, g, junction=hit.junction, max_chunk_tokens=self.config.max_chunk_tokens
+        )
+        ends = prefill_chunk_ends(
+            joint,
+            n,
+            g,
+            junction=hit.junction,
+            stops=[p.position for p in in_prompt if p.position < n],
+            max_chunk_tokens=self.config.max_chunk_tokens,
+        )
+        self._run_steps(flight, ends, {p.position: p for p in in_prompt}, now)
+        return Admission(hit, plan, tuple(flight.created), len(ends) - len(native), recached)
+
+    def _run_steps(
+        self,
+        flight: _InFlight,
+        ends: list[int],
+        planned: dict[int, PlannedState],
+        now: float,
+    ) -> None:
+        g = self.geometry
+        block = g.block_size
+        request = flight.request
+        cacheable = min(request.num_tokens - 1, len(request.prefix) * g.unit) // block
+        if not self.config.output_reuse:
+            cacheable = min(cacheable, request.num_prompt_tokens // block)
+        pending: list[PlannedState] = []  # sub-block states copied aside at the next step
+        history = flight.history
+        for end in ends:
+            lag = 2 if self.config.async_lag else 1
+            processed = history[-lag] if len(history) >= lag else history[0]
+            self._release_behind(flight, processed, now)
+            for index in range(len(flight.table), cdiv(end, block)):
+                entry = self._allocate(EntryKind.BLOCK, g.block_bytes, (index + 1) * block, request.rid, now)
+                flight.table.append(entry)
+            for index, entry in enumerate(flight.table[: min(end // block, cacheable)]):
+                if not entry.keys and entry.creator == request.rid and index < cacheable:
+                    self.blocks.cache_full(entry, request.prefix)
+            for state in pending:  # vLLM's copy-on-write of a partially keyed running page
+                copy = self._create_state(state, request, flight.table, now)
+                flight.created.append(copy)
+                flight.running.insert(max(len(flight.running) - 1, 0), copy)
+            pending = []
+            index = cdiv(end, block) - 1
+            last = flight.running[-1] if flight.running else None
+            if last is None or self._page_index(last) < index or last.kind is EntryKind.STATE:
+                page = self._allocate(EntryKind.SCRATCH, g.state_bytes, 0, request.rid, now)
+                page.position = index  # a running page: position is its block index
+                flight.running.append(page)
+            keep = planned.get(end)
+            if keep is not None:
+                if end % block == 0:
+                    self._make_state(flight.running[-1], keep, request, flight.table)
+                    flight.created.append(flight.running[-1])
+                else:
+                    pending.append(keep)
+            history.append(end)
+        for state in pending:
+            copy = self._create_state(state, request, flight.table, now)
+            flight.created.append(copy)
+            flight.running.insert(max(len(flight.running) - 1, 0), copy)
+
+    def _page_index(self, entry: Entry) -> int:
+        if entry.kind is EntryKind.SCRATCH:
+            return entry.position
+        return cdiv(entry.position, self.geometry.block_size) - 1
+
+    def _release_behind(self, flight: _InFlight, processed: int, now: float) -> None:
+        """Free the Mamba pages wholly behind ``processed`` (deepest first), never the newest."""
+        if not flight.running:
+            return
+        limit = cdiv(processed, self.geometry.block_size) - 1
+        newest = flight.running[-1]
+        behind = [e for e in flight.running if e is not newest and self._page_index(e) < limit]
+        for entry in sorted(behind, key=lambda e: -self._page_index(e)):
+            flight.running.remove(entry)
+            self._release(entry, now)
+
+    def _make_state(
+        self, page: Entry, planned: PlannedState, request: CacheRequest, table: list[Entry]
+    ) -> None:
+        """The running ``page`` ended its step at ``planned.position``: it is kept there."""
+        if page.kind is EntryKind.SCRATCH:
+            page.kind = EntryKind.STATE
+            self.stats.state_bytes += page.nbytes
+            self.stats.peak_state_bytes = max(self.stats.peak_state_bytes, self.stats.state_bytes)
+        page.position = planned.position
+        page.labels = planned.kinds
+        self.states.cache(page, request.prefix)
+        for label in page.labels:
+            self.stats.created[label] += 1
+
+    def _finish_in_steps(self, flight: _InFlight, final: Decision, now: float) -> tuple[Entry, ...]:
+        """``finish`` after vLLM's decode steps: blocks allocated as the output grows, the Mamba
+        page moving block to block, the decode keep the page its block ended in; then the
+        finish decision un-keys the prompt-side states it no longer keeps (freed where they
+        stand when already released) and the request frees its blocks tail first."""
+        g = self.geometry
+        request = flight.request
+        decode: dict[int, PlannedState] = {}
+        if self.config.output_reuse:
+            for keep in final.keeps:
+                if keep.phase is not Phase.DECODE:
+                    continue
+                if keep.position > request.num_tokens - 1 or keep.position // g.unit > len(request.prefix):
+                    continue
+                alias = g.fine_grained and keep.position % g.block_size != 0
+                decode[keep.position] = PlannedState(
+                    keep.position, tuple(k.value for k in keep.kinds), alias, False
+                )
+        before = len(flight.created)
+        ends = list(range(request.num_prompt_tokens + 1, request.num_tokens))
+        if ends:
+            self._run_steps(flight, ends, decode, now)
+        created = tuple(flight.created[before:])
+        kept = set(final.prefill_positions)
+        for state in flight.created[:before]:
+            if state.live and state.position not in kept and "reactive" not in state.labels and state.keys:
+                self.states.drop(state)
+                self.stats.dropped_states += 1
+                if state.refs == 0:
+                    self.working.uncache(state)
+                    self._forget(state)
+        for block in reversed(flight.table):
+            self._release(block, now)
+        for page in sorted(flight.running, key=lambda e: -self._page_index(e)):
+            self._release(page, now)
+        flight.running.clear()
+        return created
 
     # -- internals ------------------------------------------------------------------------
     def _create_state(
@@ -323,8 +496,10 @@ class HybridPrefixCache:
                     assert e.live and e.kind is kind and key in e.keys, f"{name}: key {key} -> stale {e}"
         expected: Counter[int] = Counter()
         for flight in self._in_flight.values():
-            for e in (*flight.table, *flight.states, flight.scratch):
+            for e in (*flight.table, *flight.states, *flight.running):
                 expected[e.eid] += 1
+            if flight.scratch is not None:
+                expected[flight.scratch.eid] += 1
         arenas = {id(self.working): self.working, id(self.checkpoints): self.checkpoints}
         state_bytes = block_bytes = 0
         for arena in arenas.values():

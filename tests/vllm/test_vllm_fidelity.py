@@ -127,13 +127,16 @@ def model_hits_in_engine_order(
     *,
     capacity: float = float("inf"),
     exported_twin: bool = False,
+    engine_steps: bool = False,
 ) -> list[list[int]]:
     """The model's joint hits with admissions and finishes in vLLM's order."""
     geometry = CacheGeometry(
         block_size=block, unit=unit, page_bytes=4096, group_size=1, attention_groups=1, recurrent_groups=1
     )
     engine = EngineGeometry(block, unit, exported_twin=exported_twin)
-    model = HybridPrefixCache(CacheConfig(geometry, capacity_bytes=capacity))
+    model = HybridPrefixCache(
+        CacheConfig(geometry, capacity_bytes=capacity, engine_steps=engine_steps, async_lag=engine_steps)
+    )
     hasher = PrefixHasher(unit)
     events = sorted(
         (step, phase, si, ri)
