@@ -81,6 +81,10 @@ class _InFlight:
     decision: Decision
     created: list[Entry]
     running: list[Entry] = field(default_factory=list)  # engine_steps: held Mamba pages, oldest first
+    planned: dict[int, PlannedState] = field(default_factory=dict)
+    pending: list[PlannedState] = field(default_factory=list)  # sub-block states copied next step
+    tentative: list[Entry] = field(default_factory=list)  # decode boundaries keyed until finish
+    tentative_decode: bool = False
     history: list[int] = field(default_factory=list)  # engine_steps: each step's end
 
 
@@ -142,9 +146,22 @@ class HybridPrefixCache:
         """The joint hit ``request`` would get now, without admitting it."""
         return find_joint_hit(request.prefix, request.num_prompt_tokens, self.blocks, self.states)
 
-    def admit(self, request: CacheRequest, decision: Decision, now: float) -> Admission:
+    def admit(
+        self,
+        request: CacheRequest,
+        decision: Decision,
+        now: float,
+        *,
+        run_prefill: bool = True,
+        tentative_decode: bool = False,
+    ) -> Admission:
         """Admit ``request`` with the policy's admission decision (its prefill keeps are created
-        now; its decode keeps, if any, at finish unless ``finish`` gets another decision)."""
+        now; its decode keeps, if any, at finish unless ``finish`` gets another decision).
+
+        ``engine_steps`` only: ``run_prefill=False`` leaves the prefill chunks to ``step``
+        calls (the caller feeds the engine's steps); ``tentative_decode``: the request may keep
+        a decode state, so its latest decode boundaries stay keyed until finish (the plugin's
+        tentative hold), and only those can become its decode keep."""
         if request.rid in self._in_flight:
             raise ValueError(f"request {request.rid} is already in flight")
         self._advance(now)
@@ -167,7 +184,9 @@ class HybridPrefixCache:
             held_states.append(hit.state)
 
         if self.config.engine_steps:
-            return self._admit_in_steps(request, decision, hit, held_states, now)
+            return self._admit_in_steps(
+                request, decision, hit, held_states, now, run_prefill, tentative_decode
+            )
         # The hit blocks stay in the table up to the last whole block; the request writes its
         # own copy of a partially hit block (vLLM's copy-on-write tail).
         table = list(hit.blocks[:whole])
@@ -265,7 +284,14 @@ class HybridPrefixCache:
 
     # -- engine steps (vLLM's block pool, step by step) --------------------------------------
     def _admit_in_steps(
-        self, request: CacheRequest, decision: Decision, hit: Hit, held: list[Entry], now: float
+        self,
+        request: CacheRequest,
+        decision: Decision,
+        hit: Hit,
+        held: list[Entry],
+        now: float,
+        run_prefill: bool,
+        tentative_decode: bool,
     ) -> Admission:
         """``admit`` as vLLM runs the prefill: attention blocks allocated chunk by chunk, one
         Mamba page per block the running state enters (a kept block-aligned state is the page
@@ -301,57 +327,71 @@ class HybridPrefixCache:
             stops=[p.position for p in in_prompt if p.position < n],
             max_chunk_tokens=self.config.max_chunk_tokens,
         )
-        self._run_steps(flight, ends, {p.position: p for p in in_prompt}, now)
+        flight.planned = {p.position: p for p in in_prompt}
+        flight.tentative_decode = tentative_decode
+        if run_prefill:
+            for end in ends:
+                self._step(flight, end, now)
         return Admission(hit, plan, tuple(flight.created), len(ends) - len(native), recached)
 
-    def _run_steps(
-        self,
-        flight: _InFlight,
-        ends: list[int],
-        planned: dict[int, PlannedState],
-        now: float,
-    ) -> None:
+    def step(self, rid: int, end: int, now: float) -> None:
+        """``engine_steps``: request ``rid`` was scheduled up to ``end`` computed tokens (one
+        prefill chunk or one decode token), at ``now``: vLLM's ``allocate_slots`` for it."""
+        self._advance(now)
+        self._step(self._in_flight[rid], end, now)
+
+    def _step(self, flight: _InFlight, end: int, now: float) -> None:
         g = self.geometry
         block = g.block_size
         request = flight.request
         cacheable = min(request.num_tokens - 1, len(request.prefix) * g.unit) // block
         if not self.config.output_reuse:
             cacheable = min(cacheable, request.num_prompt_tokens // block)
-        pending: list[PlannedState] = []  # sub-block states copied aside at the next step
         history = flight.history
-        for end in ends:
-            lag = 2 if self.config.async_lag else 1
-            processed = history[-lag] if len(history) >= lag else history[0]
-            self._release_behind(flight, processed, now)
-            for index in range(len(flight.table), cdiv(end, block)):
-                entry = self._allocate(EntryKind.BLOCK, g.block_bytes, (index + 1) * block, request.rid, now)
-                flight.table.append(entry)
-            for index, entry in enumerate(flight.table[: min(end // block, cacheable)]):
-                if not entry.keys and entry.creator == request.rid and index < cacheable:
-                    self.blocks.cache_full(entry, request.prefix)
-            for state in pending:  # vLLM's copy-on-write of a partially keyed running page
-                copy = self._create_state(state, request, flight.table, now)
-                flight.created.append(copy)
-                flight.running.insert(max(len(flight.running) - 1, 0), copy)
-            pending = []
-            index = cdiv(end, block) - 1
-            last = flight.running[-1] if flight.running else None
-            if last is None or self._page_index(last) < index or last.kind is EntryKind.STATE:
-                page = self._allocate(EntryKind.SCRATCH, g.state_bytes, 0, request.rid, now)
-                page.position = index  # a running page: position is its block index
-                flight.running.append(page)
-            keep = planned.get(end)
-            if keep is not None:
-                if end % block == 0:
-                    self._make_state(flight.running[-1], keep, request, flight.table)
-                    flight.created.append(flight.running[-1])
-                else:
-                    pending.append(keep)
-            history.append(end)
-        for state in pending:
+        lag = 2 if self.config.async_lag else 1
+        processed = history[-lag] if len(history) >= lag else history[0]
+        self._release_behind(flight, processed, now)
+        for index in range(len(flight.table), cdiv(end, block)):
+            entry = self._allocate(EntryKind.BLOCK, g.block_bytes, (index + 1) * block, request.rid, now)
+            flight.table.append(entry)
+        for entry in flight.table[: min(end // block, cacheable)]:
+            if not entry.keys and entry.creator == request.rid:
+                self.blocks.cache_full(entry, request.prefix)
+        for state in flight.pending:  # vLLM's copy-on-write of a partially keyed running page
             copy = self._create_state(state, request, flight.table, now)
             flight.created.append(copy)
             flight.running.insert(max(len(flight.running) - 1, 0), copy)
+        flight.pending = []
+        index = cdiv(end, block) - 1
+        last = flight.running[-1] if flight.running else None
+        if last is None or self._page_index(last) < index or last.kind is EntryKind.STATE:
+            page = self._allocate(EntryKind.SCRATCH, g.state_bytes, 0, request.rid, now)
+            page.position = index  # a running page: position is its block index
+            flight.running.append(page)
+        keep = flight.planned.get(end)
+        if keep is not None:
+            if end % block == 0:
+                self._make_state(flight.running[-1], keep, request)
+                flight.created.append(flight.running[-1])
+            else:
+                flight.pending.append(keep)
+        elif flight.tentative_decode and end % block == 0 and end >= request.num_prompt_tokens:
+            # the plugin holds the latest decode boundaries keyed until finish decides
+            page = flight.running[-1]
+            self._make_state(page, PlannedState(end, ("decode_end",), False, False), request, count=False)
+            flight.tentative.append(page)
+            if len(flight.tentative) > 2:
+                self._unkey(flight.tentative.pop(0))
+        history.append(end)
+
+    def _unkey(self, entry: Entry) -> None:
+        """vLLM ``evict_blocks``: ``entry`` is no longer findable; unheld, it is freed in place."""
+        if not entry.live or not entry.keys:
+            return
+        self.states.drop(entry)
+        if entry.refs == 0:
+            self.working.uncache(entry)
+            self._forget(entry)
 
     def _page_index(self, entry: Entry) -> int:
         if entry.kind is EntryKind.SCRATCH:
@@ -370,7 +410,7 @@ class HybridPrefixCache:
             self._release(entry, now)
 
     def _make_state(
-        self, page: Entry, planned: PlannedState, request: CacheRequest, table: list[Entry]
+        self, page: Entry, planned: PlannedState, request: CacheRequest, *, count: bool = True
     ) -> None:
         """The running ``page`` ended its step at ``planned.position``: it is kept there."""
         if page.kind is EntryKind.SCRATCH:
@@ -380,46 +420,52 @@ class HybridPrefixCache:
         page.position = planned.position
         page.labels = planned.kinds
         self.states.cache(page, request.prefix)
-        for label in page.labels:
+        for label in page.labels if count else ():
             self.stats.created[label] += 1
 
     def _finish_in_steps(self, flight: _InFlight, final: Decision, now: float) -> tuple[Entry, ...]:
-        """``finish`` after vLLM's decode steps: blocks allocated as the output grows, the Mamba
-        page moving block to block, the decode keep the page its block ended in; then the
-        finish decision un-keys the prompt-side states it no longer keeps (freed where they
-        stand when already released) and the request frees its blocks tail first."""
+        """``finish`` after vLLM's remaining steps (decode: blocks allocated as the output
+        grows, the Mamba page moving block to block, the latest decode boundaries keyed while
+        the request may keep one); then, as the plugin's finish does, the prompt-side states the
+        finish decision no longer keeps and the decode boundaries it does not keep are un-keyed
+        (freed where they stand when already released), and the request frees its blocks tail
+        first, then its Mamba pages."""
         g = self.geometry
         request = flight.request
-        decode: dict[int, PlannedState] = {}
-        if self.config.output_reuse:
-            for keep in final.keeps:
-                if keep.phase is not Phase.DECODE:
-                    continue
-                if keep.position > request.num_tokens - 1 or keep.position // g.unit > len(request.prefix):
-                    continue
-                alias = g.fine_grained and keep.position % g.block_size != 0
-                decode[keep.position] = PlannedState(
-                    keep.position, tuple(k.value for k in keep.kinds), alias, False
-                )
-        before = len(flight.created)
-        ends = list(range(request.num_prompt_tokens + 1, request.num_tokens))
-        if ends:
-            self._run_steps(flight, ends, decode, now)
-        created = tuple(flight.created[before:])
+        last = flight.history[-1]
+        if last < request.num_prompt_tokens:
+            rest = prefill_chunk_ends(
+                last,
+                request.num_prompt_tokens,
+                g,
+                stops=[p for p in flight.planned if p < request.num_prompt_tokens],
+                max_chunk_tokens=self.config.max_chunk_tokens,
+            )
+            for end in rest:
+                self._step(flight, end, now)
+        for end in range(flight.history[-1] + 1, request.num_tokens):
+            self._step(flight, end, now)
         kept = set(final.prefill_positions)
-        for state in flight.created[:before]:
-            if state.live and state.position not in kept and "reactive" not in state.labels and state.keys:
-                self.states.drop(state)
+        for state in flight.created:
+            if state.position not in kept and "reactive" not in state.labels and state.keys:
+                self._unkey(state)
                 self.stats.dropped_states += 1
-                if state.refs == 0:
-                    self.working.uncache(state)
-                    self._forget(state)
+        target = next((k for k in final.keeps if k.phase is Phase.DECODE), None)
+        created = []
+        for page in flight.tentative:
+            if target is not None and page.position == target.position and self.config.output_reuse:
+                page.labels = tuple(k.value for k in target.kinds)
+                for label in page.labels:
+                    self.stats.created[label] += 1
+                created.append(page)
+            else:
+                self._unkey(page)
         for block in reversed(flight.table):
             self._release(block, now)
         for page in sorted(flight.running, key=lambda e: -self._page_index(e)):
             self._release(page, now)
         flight.running.clear()
-        return created
+        return tuple(created)
 
     # -- internals ------------------------------------------------------------------------
     def _create_state(

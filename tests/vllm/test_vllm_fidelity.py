@@ -25,6 +25,7 @@ from functools import cache
 import pytest
 from boundary_vllm.decode_end import committed_end
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
+from boundary_vllm.retention import holds_decode_states
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
 from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide
@@ -143,26 +144,39 @@ def model_hits_in_engine_order(
     if models is not None:
         models.append(model)
     hasher = PrefixHasher(unit)
+    # (step, phase, order in the step, session, request, computed tokens after the step):
+    # within a step vLLM allocates for the requests it schedules in order (running ones first),
+    # and frees finished ones when it processes that step's output, after scheduling the next
     events = sorted(
-        (step, phase, si, ri)
-        for si, outs in enumerate(outcomes)
-        for ri, o in enumerate(outs)
-        for step, phase in ((o.admitted, 0), (o.finished, 1))
+        [
+            (step, 0, order, si, ri, end)
+            for si, outs in enumerate(outcomes)
+            for ri, o in enumerate(outs)
+            for step, order, end in (o.steps if engine_steps else ((o.admitted, 0, 0),))
+        ]
+        + [(o.finished, 1, 0, si, ri, 0) for si, outs in enumerate(outcomes) for ri, o in enumerate(outs)]
     )
     rids: dict[tuple[int, int], int] = {}
     hits: dict[tuple[int, int], int] = {}
-    for step, phase, si, ri in events:
+    for step, phase, _, si, ri, computed in events:
         r = sessions[si][ri]
         n = len(r.prompt_token_ids)
-        if phase == 0:
+        if phase == 0 and (si, ri) not in rids:
             rid = rids[(si, ri)] = len(rids)
             tokens = [*r.prompt_token_ids, *r.output_token_ids]
             request = CacheRequest.from_tokens(rid, tokens, n, hasher)
-            admission = decide(
-                variant, RequestBoundaries(n, r.input_end, None, r.round_trip, r.horizon), engine
-            )
-            hits[(si, ri)] = model.admit(request, admission, now=float(step)).hit.joint
-        else:
+            boundaries = RequestBoundaries(n, r.input_end, None, r.round_trip, r.horizon)
+            admission = decide(variant, boundaries, engine)
+            hits[(si, ri)] = model.admit(
+                request,
+                admission,
+                now=float(step),
+                run_prefill=not engine_steps,
+                tentative_decode=holds_decode_states(variant, boundaries, decode_states=True),
+            ).hit.joint
+        if phase == 0 and engine_steps:
+            model.step(rids[(si, ri)], computed, now=float(step))
+        elif phase == 1:
             end = committed_end(n, r.output_token_ids, set(r.stop_token_ids))
             d_end = max(min(end, n + len(r.output_token_ids) - 1), n)
             final = decide(variant, RequestBoundaries(n, r.input_end, d_end, r.round_trip, r.horizon), engine)
