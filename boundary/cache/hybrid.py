@@ -140,6 +140,9 @@ class HybridPrefixCache:
         }
         self._in_flight: dict[int, _InFlight] = {}
         self._next_eid = 0
+        # engine_steps: copy-on-write endpoints vLLM lets go when the scheduling step ends
+        self._step_end: list[Entry] = []
+        self._step_at: float | None = None
 
     # -- replay ---------------------------------------------------------------------------
     def lookup(self, request: CacheRequest) -> Hit:
@@ -171,9 +174,15 @@ class HybridPrefixCache:
         whole = joint // g.block_size
         for block in hit.blocks[:whole]:
             self.working.hold(block, now)
+        if self.config.engine_steps and now != self._step_at:
+            self._end_step()
         for block in hit.blocks[whole:]:  # a partially hit block: copied, then let go (now most recent)
             self.working.hold(block, now)
-            self.working.release(block, now)
+            if self.config.engine_steps:
+                self._step_end.append(block)
+                self._step_at = now
+            else:
+                self.working.release(block, now)
         held_states: list[Entry] = []
         if hit.state is not None:
             self.checkpoints.hold(hit.state, now)
@@ -247,6 +256,7 @@ class HybridPrefixCache:
         flight = self._in_flight.pop(rid)
         final = flight.decision if decision is None else decision
         if self.config.engine_steps:
+            self._end_step()
             return self._finish_in_steps(flight, final, now)
         kept = set(final.prefill_positions)
         for state in flight.created:
@@ -312,7 +322,10 @@ class HybridPrefixCache:
         recached = sum(self._cached_already(p, request) for p in in_prompt)
         flight = _InFlight(request, list(hit.blocks[:whole]), [], None, decision, [])
         flight.history.append(joint)
-        if hit.state is not None:
+        if hit.state is not None and joint % g.block_size:
+            self._step_end.append(held[0])  # a partially hit state: copied, then let go
+            self._step_at = now
+        elif hit.state is not None:
             flight.running.append(held[0])
         self._in_flight[request.rid] = flight
         n = request.num_prompt_tokens
@@ -332,13 +345,23 @@ class HybridPrefixCache:
         if run_prefill:
             for end in ends:
                 self._step(flight, end, now)
+                self._end_step()
         return Admission(hit, plan, tuple(flight.created), len(ends) - len(native), recached)
 
     def step(self, rid: int, end: int, now: float) -> None:
         """``engine_steps``: request ``rid`` was scheduled up to ``end`` computed tokens (one
         prefill chunk or one decode token), at ``now``: vLLM's ``allocate_slots`` for it."""
         self._advance(now)
+        if now != self._step_at:
+            self._end_step()
         self._step(self._in_flight[rid], end, now)
+        self._step_at = now
+
+    def _end_step(self) -> None:
+        """The scheduling step ended: the copy-on-write endpoints it retained are let go."""
+        for entry in self._step_end:
+            self._release(entry, entry.created_at if self._step_at is None else self._step_at)
+        self._step_end = []
 
     def _step(self, flight: _InFlight, end: int, now: float) -> None:
         g = self.geometry
@@ -360,7 +383,8 @@ class HybridPrefixCache:
         for state in flight.pending:  # vLLM's copy-on-write of a partially keyed running page
             copy = self._create_state(state, request, flight.table, now)
             flight.created.append(copy)
-            flight.running.insert(max(len(flight.running) - 1, 0), copy)
+            self._step_end.append(copy)
+            self._step_at = now
         flight.pending = []
         index = cdiv(end, block) - 1
         last = flight.running[-1] if flight.running else None
@@ -443,8 +467,22 @@ class HybridPrefixCache:
             )
             for end in rest:
                 self._step(flight, end, now)
+                self._end_step()
         for end in range(flight.history[-1] + 1, request.num_tokens):
             self._step(flight, end, now)
+            self._end_step()
+        for planned in flight.pending:  # keyed on the running page, which nothing copies now
+            page = flight.running[-1]
+            if page.kind is EntryKind.SCRATCH:
+                self._make_state(page, planned, request)
+                flight.created.append(page)
+        flight.pending = []
+        for planned in flight.pending:  # keyed on the running page, which nothing copies now
+            page = flight.running[-1]
+            if page.kind is EntryKind.SCRATCH:
+                self._make_state(page, planned, request)
+                flight.created.append(page)
+        flight.pending = []
         kept = set(final.prefill_positions)
         for state in flight.created:
             if state.position not in kept and "reactive" not in state.labels and state.keys:
@@ -546,6 +584,8 @@ class HybridPrefixCache:
                 expected[e.eid] += 1
             if flight.scratch is not None:
                 expected[flight.scratch.eid] += 1
+        for e in self._step_end:
+            expected[e.eid] += 1
         arenas = {id(self.working): self.working, id(self.checkpoints): self.checkpoints}
         state_bytes = block_bytes = 0
         for arena in arenas.values():
