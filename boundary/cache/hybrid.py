@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from boundary.cache.accounting import CacheGeometry, cdiv
 from boundary.cache.blocks import AttentionBlocks
-from boundary.cache.chunking import prefill_chunk_ends
+from boundary.cache.chunking import prefill_chunk_ends, prompt_checkpoint_position
 from boundary.cache.eviction import LRU, EvictionPolicy, FreeQueue
 from boundary.cache.lookup import Hit, find_joint_hit
 from boundary.cache.memory import Arena, Entry, EntryKind
@@ -377,9 +377,23 @@ class HybridPrefixCache:
         for index in range(len(flight.table), cdiv(end, block)):
             entry = self._allocate(EntryKind.BLOCK, g.block_bytes, (index + 1) * block, request.rid, now)
             flight.table.append(entry)
-        for entry in flight.table[: min(end // block, cacheable)]:
+        # vLLM caches up to the tokens the request holds: while decoding under async scheduling
+        # the token being computed is not appended yet, so caching lags the step by one token
+        n = request.num_prompt_tokens
+        cache_end = end - 1 if self.config.async_lag and end > n else end
+        for entry in flight.table[: min(cache_end // block, cacheable)]:
             if not entry.keys and entry.creator == request.rid:
                 self.blocks.cache_full(entry, request.prefix)
+        tail = prompt_checkpoint_position(n, g.unit)  # FullAttentionManager's prompt-tail alias
+        if (
+            g.fine_grained
+            and tail % block
+            and 0 < tail <= cache_end
+            and tail // g.unit <= len(request.prefix)
+        ):
+            index = tail // block
+            if index < len(flight.table) and flight.table[index].creator == request.rid:
+                self.blocks.cache_alias(flight.table[index], tail, request.prefix)
         for state in flight.pending:  # vLLM's copy-on-write of a partially keyed running page
             copy = self._create_state(state, request, flight.table, now)
             flight.created.append(copy)
@@ -399,13 +413,16 @@ class HybridPrefixCache:
                 flight.created.append(flight.running[-1])
             else:
                 flight.pending.append(keep)
-        elif flight.tentative_decode and end % block == 0 and end >= request.num_prompt_tokens:
+        if flight.tentative_decode and cache_end % block == 0 and cache_end >= n and cache_end > 0:
             # the plugin holds the latest decode boundaries keyed until finish decides
-            page = flight.running[-1]
-            self._make_state(page, PlannedState(end, ("decode_end",), False, False), request, count=False)
-            flight.tentative.append(page)
-            if len(flight.tentative) > 2:
-                self._unkey(flight.tentative.pop(0))
+            held = next((e for e in flight.running if self._page_index(e) == cache_end // block - 1), None)
+            if held is not None and held.kind is EntryKind.SCRATCH:
+                page = held
+                tentative = PlannedState(cache_end, ("decode_end",), False, False)
+                self._make_state(page, tentative, request, count=False)
+                flight.tentative.append(page)
+                if len(flight.tentative) > 2:
+                    self._unkey(flight.tentative.pop(0))
         history.append(end)
 
     def _unkey(self, entry: Entry) -> None:
