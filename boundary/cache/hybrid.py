@@ -11,6 +11,21 @@ LRU order.
 Two budget modes: one arena for blocks and states (vLLM's single block pool: equal total
 capacity), or a separate arena of ``checkpoint_budget`` bytes for retained states (an equal
 admitted checkpoint-byte budget), the rest for blocks and running states.
+
+``engine_steps`` (one arena of equal-size pages) replays a request as vLLM 0.33.0's block pool
+runs it, for eviction that picks vLLM's victims: the free queue holds free pages and evictable
+entries (``FreeQueue``: freed uncached pages reused first, cached ones in LRU order, an entry
+un-keyed while free leaves a free page in its place); attention blocks are allocated chunk by
+chunk and token by token; the recurrent state moves from page to page (one per block it
+enters; a kept block-aligned state is the page its chunk ended in, a sub-block one a
+copy-on-write copy let go when the scheduling step ends), and pages wholly behind the processed
+position are freed as the request moves on (``MambaManager.remove_skipped_blocks``, one step
+late under ``async_lag``), so the hit state and kept prompt states age from then, not from
+finish; decode boundaries stay keyed while the request may keep one (the plugin's tentative
+hold, ``admit(tentative_decode=True)``). ``admit(run_prefill=False)`` plus ``step`` lets a
+caller feed the engine's own steps when requests run concurrently. Preemption is not modelled:
+the pool must hold what vLLM schedules (an allocation with nothing to take counts as an
+overcommit).
 """
 
 from __future__ import annotations

@@ -10,11 +10,13 @@ hints. Neither side's numbers are compared with themselves: the expected values 
 
 Under concurrency the model is fed vLLM's own event order (each request admitted at the step
 that first scheduled it, finished at the step whose output finished it), with async
-scheduling driven as the engine runs it. Where they do not agree yet (eviction: the model
-allocates a request's blocks at admission and never preempts, so it evicts other victims than
-vLLM's block pool), a strict ``xfail`` says so and fails the day they do. With kernel-exported
-prompt checkpoints at a unit finer than the block, upstream's twin is P_end's unit tail
-(``EngineGeometry.exported_twin``).
+scheduling driven as the engine runs it. With a pool small enough to evict, the model runs in
+``engine_steps`` mode (vLLM's block pool page by page: the free queue, Mamba pages released
+behind the running position, blocks allocated step by step) and, with sessions in flight, is
+fed each request's steps as vLLM scheduled them. Where they do not agree yet (horizon at a unit
+finer than the block, under eviction), a strict ``xfail`` says so and fails the day they do.
+With kernel-exported prompt checkpoints at a unit finer than the block, upstream's twin is
+P_end's unit tail (``EngineGeometry.exported_twin``).
 """
 
 from __future__ import annotations
