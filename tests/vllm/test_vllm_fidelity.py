@@ -203,6 +203,7 @@ def concurrent(
         block_size=block, prefix_match_unit=unit, policy=variant, async_scheduling=True, **shape
     )
     outcomes = Replay(engine).run_sessions(sessions, concurrency=concurrency)
+    assert not any(o.preemptions for s in outcomes for o in s)  # the model does not preempt
     exported = shape.get("exported_checkpoints", False)
     model = model_hits_in_engine_order(
         sessions,
