@@ -18,7 +18,8 @@ entries (``FreeQueue``: freed uncached pages reused first, cached ones in LRU or
 un-keyed while free leaves a free page in its place); attention blocks are allocated chunk by
 chunk and token by token; the recurrent state moves from page to page (one per block it
 enters; a kept block-aligned state is the page its chunk ended in, a sub-block one a
-copy-on-write copy let go when the scheduling step ends), and pages wholly behind the processed
+copy-on-write copy let go when the scheduling step ends; a partially hit state is copied into
+a page of its own), and pages wholly behind the processed
 position are freed as the request moves on (``MambaManager.remove_skipped_blocks``, one step
 late under ``async_lag``), so the hit state and kept prompt states age from then, not from
 finish; decode boundaries stay keyed while the request may keep one (the plugin's tentative
@@ -100,6 +101,7 @@ class _InFlight:
     pending: list[PlannedState] = field(default_factory=list)  # sub-block states copied next step
     tentative: list[Entry] = field(default_factory=list)  # decode boundaries keyed until finish
     tentative_decode: bool = False
+    copy_page: int | None = None  # a partially hit state's copy-on-write page, taken at the first step
     history: list[int] = field(default_factory=list)  # engine_steps: each step's end
 
 
@@ -340,6 +342,7 @@ class HybridPrefixCache:
         if hit.state is not None and joint % g.block_size:
             self._step_end.append(held[0])  # a partially hit state: copied, then let go
             self._step_at = now
+            flight.copy_page = joint // g.block_size  # the page it is copied into
         elif hit.state is not None:
             flight.running.append(held[0])
         self._in_flight[request.rid] = flight
@@ -415,6 +418,11 @@ class HybridPrefixCache:
             self._step_end.append(copy)
             self._step_at = now
         flight.pending = []
+        if flight.copy_page is not None:  # a partial hit's state, copied into its own page
+            page = self._allocate(EntryKind.SCRATCH, g.state_bytes, 0, request.rid, now)
+            page.position = flight.copy_page
+            flight.running.append(page)
+            flight.copy_page = None
         index = cdiv(end, block) - 1
         last = flight.running[-1] if flight.running else None
         if last is None or self._page_index(last) < index or last.kind is EntryKind.STATE:
