@@ -11,6 +11,7 @@ against bytes freed) implements the same four methods.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Protocol
 
 from boundary.cache.entry import Entry
@@ -65,3 +66,72 @@ class LRU:
 
     def __contains__(self, entry: object) -> bool:
         return entry in self._queue
+
+
+class FreePage:
+    """A free, uncached page in a ``FreeQueue`` (nothing to evict when it is taken)."""
+
+    __slots__ = ()
+
+
+class FreeQueue:
+    """vLLM's ``FreeKVCacheBlockQueue`` over equal-size pages: free pages and evictable cached
+    entries in one queue, allocations take the head.
+
+    ``BlockPool.free_blocks`` appends a freed cached block to the tail (LRU) and prepends a
+    freed uncached one to the head (reused first); ``BlockPool.evict_blocks`` un-keys a block
+    where it stands, so an un-cached entry leaves a free page at its place in the queue (the
+    cached entries ahead of it are still evicted first). ``get_new_blocks`` pops the head: a
+    free page costs nothing, a cached entry is evicted. Invariant: free pages plus evictable
+    entries are the pool's free blocks.
+    """
+
+    __slots__ = ("_slots",)
+
+    def __init__(self, free_pages: int = 0) -> None:
+        self._slots: OrderedDict[Entry | FreePage, None] = OrderedDict(
+            (FreePage(), None) for _ in range(free_pages)
+        )
+
+    def release(self, entry: Entry, now: float) -> None:
+        self._slots[entry] = None
+
+    def touch(self, entry: Entry, now: float) -> None:
+        self._slots.pop(entry, None)
+
+    def discard(self, entry: Entry) -> None:
+        self._slots.pop(entry, None)
+
+    def victim(self) -> Entry | None:
+        return next((e for e in self._slots if not isinstance(e, FreePage)), None)
+
+    def free_page(self) -> None:
+        """An uncached page was freed: it is reused first."""
+        page = FreePage()
+        self._slots[page] = None
+        self._slots.move_to_end(page, last=False)
+
+    def hollow(self, entry: Entry) -> None:
+        """``entry`` lost its keys while evictable: a free page takes its place."""
+        if entry not in self._slots:
+            return
+        items = list(self._slots)
+        at = items.index(entry)
+        items[at] = FreePage()
+        self._slots = OrderedDict((e, None) for e in items)
+
+    def take(self) -> Entry | FreePage | None:
+        """The head: a free page, an entry to evict, or None when nothing is free."""
+        if not self._slots:
+            return None
+        head, _ = self._slots.popitem(last=False)
+        return head
+
+    def free_pages(self) -> int:
+        return sum(isinstance(e, FreePage) for e in self._slots)
+
+    def __len__(self) -> int:
+        return sum(not isinstance(e, FreePage) for e in self._slots)
+
+    def __contains__(self, entry: object) -> bool:
+        return entry in self._slots

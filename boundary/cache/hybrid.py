@@ -14,6 +14,22 @@ LRU order.
 Two budget modes: one arena for blocks and states (vLLM's single block pool: equal total
 capacity), or a separate arena of ``checkpoint_budget`` bytes for retained states (an equal
 admitted checkpoint-byte budget), the rest for blocks and running states.
+
+``engine_steps`` (one arena of equal-size pages) replays a request as vLLM 0.33.0's block pool
+runs it, for eviction that picks vLLM's victims: the free queue holds free pages and evictable
+entries (``FreeQueue``: freed uncached pages reused first, cached ones in LRU order, an entry
+un-keyed while free leaves a free page in its place); attention blocks are allocated chunk by
+chunk and token by token; the recurrent state moves from page to page (one per block it
+enters; a kept block-aligned state is the page its chunk ended in, a sub-block one a
+copy-on-write copy let go when the scheduling step ends; a partially hit state is copied into
+a page of its own), and pages wholly behind the processed
+position are freed as the request moves on (``MambaManager.remove_skipped_blocks``, one step
+late under ``async_lag``), so the hit state and kept prompt states age from then, not from
+finish; decode boundaries stay keyed while the request may keep one (the plugin's tentative
+hold, ``admit(tentative_decode=True)``). ``admit(run_prefill=False)`` plus ``step`` lets a
+caller feed the engine's own steps when requests run concurrently. Preemption is not modelled:
+the pool must hold what vLLM schedules (an allocation with nothing to take counts as an
+overcommit).
 """
 
 from __future__ import annotations
@@ -24,8 +40,8 @@ from dataclasses import dataclass, field
 
 from boundary.cache.accounting import CacheGeometry, cdiv
 from boundary.cache.blocks import AttentionBlocks
-from boundary.cache.chunking import prefill_chunk_ends
-from boundary.cache.eviction import LRU, EvictionPolicy
+from boundary.cache.chunking import prefill_chunk_ends, prompt_checkpoint_position
+from boundary.cache.eviction import LRU, EvictionPolicy, FreeQueue
 from boundary.cache.lookup import Hit, find_joint_hit
 from boundary.cache.memory import Arena, Entry, EntryKind
 from boundary.cache.request import CacheRequest
@@ -50,11 +66,16 @@ class CacheConfig:
     max_chunk_tokens: int = 8192
     eviction: Callable[[], EvictionPolicy] = LRU
     output_reuse: bool = True
+    engine_steps: bool = False
+    async_lag: bool = False
 
     def __post_init__(self) -> None:
         budget = self.checkpoint_budget_bytes
         if budget is not None and not 0 < budget < self.capacity_bytes:
             raise ValueError(f"checkpoint budget {budget} must be inside (0, capacity {self.capacity_bytes})")
+        g = self.geometry
+        if self.engine_steps and (budget is not None or g.block_bytes != g.state_bytes):
+            raise ValueError("engine_steps models vLLM's one block pool: one arena of equal-size pages")
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,9 +96,16 @@ class _InFlight:
     request: CacheRequest
     table: list[Entry]
     states: list[Entry]
-    scratch: Entry
+    scratch: Entry | None
     decision: Decision
     created: list[Entry]
+    running: list[Entry] = field(default_factory=list)  # engine_steps: held Mamba pages, oldest first
+    planned: dict[int, PlannedState] = field(default_factory=dict)
+    pending: list[PlannedState] = field(default_factory=list)  # sub-block states copied next step
+    tentative: list[Entry] = field(default_factory=list)  # decode boundaries keyed until finish
+    tentative_decode: bool = False
+    copy_page: int | None = None  # a partially hit state's copy-on-write page, taken at the first step
+    history: list[int] = field(default_factory=list)  # engine_steps: each step's end
 
 
 @dataclass(slots=True)
@@ -128,7 +156,10 @@ class HybridPrefixCache:
         self.stats = CacheStats()
         budget = config.checkpoint_budget_bytes
         working = config.capacity_bytes - (budget or 0)
-        self.working = Arena("working", working, config.eviction(), self._evicted)
+        policy = (
+            FreeQueue(int(working // self.geometry.block_bytes)) if config.engine_steps else config.eviction()
+        )
+        self.working = Arena("working", working, policy, self._evicted)
         self.checkpoints = (
             self.working if budget is None else Arena("checkpoints", budget, config.eviction(), self._evicted)
         )
@@ -139,15 +170,31 @@ class HybridPrefixCache:
         }
         self._in_flight: dict[int, _InFlight] = {}
         self._next_eid = 0
+        # engine_steps: copy-on-write endpoints vLLM lets go when the scheduling step ends
+        self._step_end: list[Entry] = []
+        self._step_at: float | None = None
 
     # -- replay ---------------------------------------------------------------------------
     def lookup(self, request: CacheRequest) -> Hit:
         """The joint hit ``request`` would get now, without admitting it."""
         return find_joint_hit(request.prefix, request.num_prompt_tokens, self.blocks, self.states)
 
-    def admit(self, request: CacheRequest, decision: Decision, now: float) -> Admission:
+    def admit(
+        self,
+        request: CacheRequest,
+        decision: Decision,
+        now: float,
+        *,
+        run_prefill: bool = True,
+        tentative_decode: bool = False,
+    ) -> Admission:
         """Admit ``request`` with the policy's admission decision (its prefill keeps are created
-        now; its decode keeps, if any, at finish unless ``finish`` gets another decision)."""
+        now; its decode keeps, if any, at finish unless ``finish`` gets another decision).
+
+        ``engine_steps`` only: ``run_prefill=False`` leaves the prefill chunks to ``step``
+        calls (the caller feeds the engine's steps); ``tentative_decode``: the request may keep
+        a decode state, so its latest decode boundaries stay keyed until finish (the plugin's
+        tentative hold), and only those can become its decode keep."""
         if request.rid in self._in_flight:
             raise ValueError(f"request {request.rid} is already in flight")
         self._advance(now)
@@ -157,9 +204,15 @@ class HybridPrefixCache:
         whole = joint // g.block_size
         for block in hit.blocks[:whole]:
             self.working.hold(block, now)
+        if self.config.engine_steps and now != self._step_at:
+            self._end_step()
         for block in hit.blocks[whole:]:  # a partially hit block: copied, then let go (now most recent)
             self.working.hold(block, now)
-            self.working.release(block, now)
+            if self.config.engine_steps:
+                self._step_end.append(block)
+                self._step_at = now
+            else:
+                self.working.release(block, now)
         held_states: list[Entry] = []
         if hit.state is not None:
             self.checkpoints.hold(hit.state, now)
@@ -169,6 +222,10 @@ class HybridPrefixCache:
                 self.stats.state_hits[label] += 1
             held_states.append(hit.state)
 
+        if self.config.engine_steps:
+            return self._admit_in_steps(
+                request, decision, hit, held_states, now, run_prefill, tentative_decode
+            )
         # The hit blocks stay in the table up to the last whole block; the request writes its
         # own copy of a partially hit block (vLLM's copy-on-write tail).
         table = list(hit.blocks[:whole])
@@ -228,6 +285,9 @@ class HybridPrefixCache:
         self._advance(now)
         flight = self._in_flight.pop(rid)
         final = flight.decision if decision is None else decision
+        if self.config.engine_steps:
+            self._end_step()
+            return self._finish_in_steps(flight, final, now)
         kept = set(final.prefill_positions)
         for state in flight.created:
             if state.position not in kept and "reactive" not in state.labels and state.keys:
@@ -251,12 +311,249 @@ class HybridPrefixCache:
             self._release(state, now)
         for block in reversed(flight.table):
             self._release(block, now)
-        self._release(flight.scratch, now)
+        if flight.scratch is not None:
+            self._release(flight.scratch, now)
         return tuple(created)
 
     def close(self, now: float) -> None:
         """Account occupancy up to ``now`` (the end of the replay)."""
         self._advance(now)
+
+    # -- engine steps (vLLM's block pool, step by step) --------------------------------------
+    def _admit_in_steps(
+        self,
+        request: CacheRequest,
+        decision: Decision,
+        hit: Hit,
+        held: list[Entry],
+        now: float,
+        run_prefill: bool,
+        tentative_decode: bool,
+    ) -> Admission:
+        """``admit`` as vLLM runs the prefill: attention blocks allocated chunk by chunk, one
+        Mamba page per block the running state enters (a kept block-aligned state is the page
+        its chunk ended in), pages behind the processed position freed as the request moves on
+        (``MambaManager.remove_skipped_blocks``), sub-block states copied aside one step later."""
+        g = self.geometry
+        joint = hit.joint
+        whole = joint // g.block_size
+        plan = plan_retention(
+            decision,
+            junction=hit.junction,
+            joint=joint,
+            num_prompt_tokens=request.num_prompt_tokens,
+            geometry=g,
+            junction_at_unit=self.config.junction_at_unit,
+        )
+        in_prompt = [p for p in plan.states if p.in_prompt]
+        recached = sum(self._cached_already(p, request) for p in in_prompt)
+        flight = _InFlight(request, list(hit.blocks[:whole]), [], None, decision, [])
+        flight.history.append(joint)
+        if hit.state is not None and joint % g.block_size:
+            self._step_end.append(held[0])  # a partially hit state: copied, then let go
+            self._step_at = now
+            flight.copy_page = joint // g.block_size  # the page it is copied into
+        elif hit.state is not None:
+            flight.running.append(held[0])
+        self._in_flight[request.rid] = flight
+        n = request.num_prompt_tokens
+        native = prefill_chunk_ends(
+            joint, n, g, junction=hit.junction, max_chunk_tokens=self.config.max_chunk_tokens
+        )
+        ends = prefill_chunk_ends(
+            joint,
+            n,
+            g,
+            junction=hit.junction,
+            stops=[p.position for p in in_prompt if p.position < n],
+            max_chunk_tokens=self.config.max_chunk_tokens,
+        )
+        flight.planned = {p.position: p for p in in_prompt}
+        flight.tentative_decode = tentative_decode
+        if run_prefill:
+            for end in ends:
+                self._step(flight, end, now)
+                self._end_step()
+        return Admission(hit, plan, tuple(flight.created), len(ends) - len(native), recached)
+
+    def step(self, rid: int, end: int, now: float) -> None:
+        """``engine_steps``: request ``rid`` was scheduled up to ``end`` computed tokens (one
+        prefill chunk or one decode token), at ``now``: vLLM's ``allocate_slots`` for it."""
+        self._advance(now)
+        if now != self._step_at:
+            self._end_step()
+        self._step(self._in_flight[rid], end, now)
+        self._step_at = now
+
+    def _end_step(self) -> None:
+        """The scheduling step ended: the copy-on-write endpoints it retained are let go."""
+        for entry in self._step_end:
+            self._release(entry, entry.created_at if self._step_at is None else self._step_at)
+        self._step_end = []
+
+    def _step(self, flight: _InFlight, end: int, now: float) -> None:
+        g = self.geometry
+        block = g.block_size
+        request = flight.request
+        cacheable = min(request.num_tokens - 1, len(request.prefix) * g.unit) // block
+        if not self.config.output_reuse:
+            cacheable = min(cacheable, request.num_prompt_tokens // block)
+        history = flight.history
+        lag = 2 if self.config.async_lag else 1
+        processed = history[-lag] if len(history) >= lag else history[0]
+        self._release_behind(flight, processed, now)
+        for index in range(len(flight.table), cdiv(end, block)):
+            entry = self._allocate(EntryKind.BLOCK, g.block_bytes, (index + 1) * block, request.rid, now)
+            flight.table.append(entry)
+        # vLLM caches up to the tokens the request holds: while decoding under async scheduling
+        # the token being computed is not appended yet, so caching lags the step by one token
+        n = request.num_prompt_tokens
+        cache_end = end - 1 if self.config.async_lag and end > n else end
+        for entry in flight.table[: min(cache_end // block, cacheable)]:
+            if not entry.keys and entry.creator == request.rid:
+                self.blocks.cache_full(entry, request.prefix)
+        tail = prompt_checkpoint_position(n, g.unit)  # FullAttentionManager's prompt-tail alias
+        if (
+            g.fine_grained
+            and tail % block
+            and 0 < tail <= cache_end
+            and tail // g.unit <= len(request.prefix)
+        ):
+            index = tail // block
+            if index < len(flight.table) and flight.table[index].creator == request.rid:
+                self.blocks.cache_alias(flight.table[index], tail, request.prefix)
+        for state in flight.pending:  # vLLM's copy-on-write of a partially keyed running page
+            copy = self._create_state(state, request, flight.table, now)
+            flight.created.append(copy)
+            self._step_end.append(copy)
+            self._step_at = now
+        flight.pending = []
+        if flight.copy_page is not None:  # a partial hit's state, copied into its own page
+            page = self._allocate(EntryKind.SCRATCH, g.state_bytes, 0, request.rid, now)
+            page.position = flight.copy_page
+            flight.running.append(page)
+            flight.copy_page = None
+        index = cdiv(end, block) - 1
+        last = flight.running[-1] if flight.running else None
+        if last is None or self._page_index(last) < index or last.kind is EntryKind.STATE:
+            page = self._allocate(EntryKind.SCRATCH, g.state_bytes, 0, request.rid, now)
+            page.position = index  # a running page: position is its block index
+            flight.running.append(page)
+        keep = flight.planned.get(end)
+        if keep is not None:
+            if end % block == 0:
+                self._make_state(flight.running[-1], keep, request)
+                flight.created.append(flight.running[-1])
+            else:
+                flight.pending.append(keep)
+        if flight.tentative_decode and cache_end % block == 0 and cache_end >= n and cache_end > 0:
+            # the plugin holds the latest decode boundaries keyed until finish decides
+            held = next((e for e in flight.running if self._page_index(e) == cache_end // block - 1), None)
+            if held is not None and held.kind is EntryKind.SCRATCH:
+                page = held
+                tentative = PlannedState(cache_end, ("decode_end",), False, False)
+                self._make_state(page, tentative, request, count=False)
+                flight.tentative.append(page)
+                if len(flight.tentative) > 2:
+                    self._unkey(flight.tentative.pop(0))
+        history.append(end)
+
+    def _unkey(self, entry: Entry) -> None:
+        """vLLM ``evict_blocks``: ``entry`` is no longer findable; unheld, it is freed in place."""
+        if not entry.live or not entry.keys:
+            return
+        self.states.drop(entry)
+        if entry.refs == 0:
+            self.working.uncache(entry)
+            self._forget(entry)
+
+    def _page_index(self, entry: Entry) -> int:
+        if entry.kind is EntryKind.SCRATCH:
+            return entry.position
+        return cdiv(entry.position, self.geometry.block_size) - 1
+
+    def _release_behind(self, flight: _InFlight, processed: int, now: float) -> None:
+        """Free the Mamba pages wholly behind ``processed`` (deepest first), never the newest."""
+        if not flight.running:
+            return
+        limit = cdiv(processed, self.geometry.block_size) - 1
+        newest = flight.running[-1]
+        behind = [e for e in flight.running if e is not newest and self._page_index(e) < limit]
+        for entry in sorted(behind, key=lambda e: -self._page_index(e)):
+            flight.running.remove(entry)
+            self._release(entry, now)
+
+    def _make_state(
+        self, page: Entry, planned: PlannedState, request: CacheRequest, *, count: bool = True
+    ) -> None:
+        """The running ``page`` ended its step at ``planned.position``: it is kept there."""
+        if page.kind is EntryKind.SCRATCH:
+            page.kind = EntryKind.STATE
+            self.stats.state_bytes += page.nbytes
+            self.stats.peak_state_bytes = max(self.stats.peak_state_bytes, self.stats.state_bytes)
+        page.position = planned.position
+        page.labels = planned.kinds
+        self.states.cache(page, request.prefix)
+        for label in page.labels if count else ():
+            self.stats.created[label] += 1
+
+    def _finish_in_steps(self, flight: _InFlight, final: Decision, now: float) -> tuple[Entry, ...]:
+        """``finish`` after vLLM's remaining steps (decode: blocks allocated as the output
+        grows, the Mamba page moving block to block, the latest decode boundaries keyed while
+        the request may keep one); then, as the plugin's finish does, the prompt-side states the
+        finish decision no longer keeps and the decode boundaries it does not keep are un-keyed
+        (freed where they stand when already released), and the request frees its blocks tail
+        first, then its Mamba pages."""
+        g = self.geometry
+        request = flight.request
+        last = flight.history[-1]
+        if last < request.num_prompt_tokens:
+            rest = prefill_chunk_ends(
+                last,
+                request.num_prompt_tokens,
+                g,
+                stops=[p for p in flight.planned if p < request.num_prompt_tokens],
+                max_chunk_tokens=self.config.max_chunk_tokens,
+            )
+            for end in rest:
+                self._step(flight, end, now)
+                self._end_step()
+        for end in range(flight.history[-1] + 1, request.num_tokens):
+            self._step(flight, end, now)
+            self._end_step()
+        for planned in flight.pending:  # keyed on the running page, which nothing copies now
+            page = flight.running[-1]
+            if page.kind is EntryKind.SCRATCH:
+                self._make_state(page, planned, request)
+                flight.created.append(page)
+        flight.pending = []
+        for planned in flight.pending:  # keyed on the running page, which nothing copies now
+            page = flight.running[-1]
+            if page.kind is EntryKind.SCRATCH:
+                self._make_state(page, planned, request)
+                flight.created.append(page)
+        flight.pending = []
+        kept = set(final.prefill_positions)
+        for state in flight.created:
+            if state.position not in kept and "reactive" not in state.labels and state.keys:
+                self._unkey(state)
+                self.stats.dropped_states += 1
+        target = next((k for k in final.keeps if k.phase is Phase.DECODE), None)
+        created = []
+        for page in flight.tentative:
+            if target is not None and page.position == target.position and self.config.output_reuse:
+                page.labels = tuple(k.value for k in target.kinds)
+                for label in page.labels:
+                    self.stats.created[label] += 1
+                created.append(page)
+            else:
+                self._unkey(page)
+        for block in reversed(flight.table):
+            self._release(block, now)
+        for page in sorted(flight.running, key=lambda e: -self._page_index(e)):
+            self._release(page, now)
+        flight.running.clear()
+        return tuple(created)
 
     # -- internals ------------------------------------------------------------------------
     def _create_state(
@@ -338,8 +635,12 @@ class HybridPrefixCache:
                     assert e.live and e.kind is kind and key in e.keys, f"{name}: key {key} -> stale {e}"
         expected: Counter[int] = Counter()
         for flight in self._in_flight.values():
-            for e in (*flight.table, *flight.states, flight.scratch):
+            for e in (*flight.table, *flight.states, *flight.running):
                 expected[e.eid] += 1
+            if flight.scratch is not None:
+                expected[flight.scratch.eid] += 1
+        for e in self._step_end:
+            expected[e.eid] += 1
         arenas = {id(self.working): self.working, id(self.checkpoints): self.checkpoints}
         state_bytes = block_bytes = 0
         for arena in arenas.values():

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from boundary.cache.entry import Entry, EntryKind
-from boundary.cache.eviction import EvictionPolicy
+from boundary.cache.eviction import EvictionPolicy, FreePage, FreeQueue
 
 __all__ = ["Arena", "Entry", "EntryKind", "PrefixIndex"]
 
@@ -80,7 +80,16 @@ class Arena:
         self.charged: set[Entry] = set()
 
     def allocate(self, entry: Entry, now: float, cause: EntryKind) -> None:
-        """Charge ``entry``, evicting victims first until it fits."""
+        """Charge ``entry``, evicting victims first until it fits (with a ``FreeQueue``: take
+        the queue's head page, evicting it if it is a cached entry, as vLLM's block pool does)."""
+        if isinstance(self.policy, FreeQueue):
+            head = self.policy.take()
+            if head is None:
+                self.overcommits += 1
+            elif not isinstance(head, FreePage):
+                self.evict(head, now, cause)
+            self._charge(entry)
+            return
         need = self.used + entry.nbytes - self.capacity
         while need > 0:
             victim = self.policy.victim()
@@ -89,6 +98,9 @@ class Arena:
                 break
             self.evict(victim, now, cause)
             need -= victim.nbytes
+        self._charge(entry)
+
+    def _charge(self, entry: Entry) -> None:
         self.used += entry.nbytes
         self.peak = max(self.peak, self.used)
         self.charged.add(entry)
@@ -118,3 +130,14 @@ class Arena:
             self.policy.release(entry, now)
         else:
             self.free(entry)
+            if isinstance(self.policy, FreeQueue):
+                self.policy.free_page()
+
+    def uncache(self, entry: Entry) -> None:
+        """An unheld entry lost its keys (vLLM ``evict_blocks`` on a free block): freed where it
+        stands in the queue."""
+        if isinstance(self.policy, FreeQueue):
+            self.policy.hollow(entry)
+        else:
+            self.policy.discard(entry)
+        self.free(entry)

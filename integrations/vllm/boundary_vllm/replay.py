@@ -131,6 +131,8 @@ class ReplayOutcome:
     admitted: int = field(default=0, compare=False)  # the step that first scheduled it
     finished: int = field(default=0, compare=False)  # the step whose output finished it
     preemptions: int = field(default=0, compare=False)
+    # (step, order in the step, computed tokens after it) for each step that scheduled it
+    steps: tuple[tuple[int, int, int], ...] = field(default=(), compare=False)
 
 
 @dataclass(slots=True)
@@ -146,6 +148,7 @@ class _Live:
     copies: int = 0
     sampled: int = 0
     admitted: int = 0
+    steps: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 class _SessionDriver:
@@ -203,8 +206,9 @@ class _SessionDriver:
                 if retention is not None:
                     entry.kind = str(retention.classify_hit(entry.request, entry.hit))
         samples = {}
-        for rid, n in step.num_scheduled_tokens.items():
+        for order, (rid, n) in enumerate(step.num_scheduled_tokens.items()):
             request, entry = self.scheduler.requests[rid], self.live[rid]
+            entry.steps.append((self.step_no, order, request.num_computed_tokens))
             if entry.sampled == 0 and request.num_computed_tokens - n < request.num_prompt_tokens:
                 entry.chunks.append(n)
             entry.copies += len(step.kv_cache_block_copies or ())
@@ -244,6 +248,7 @@ class _SessionDriver:
                     entry.admitted,
                     self.step_no,
                     entry.request.num_preemptions,
+                    tuple(entry.steps),
                 )
             )
             if len(done) < len(self.sessions[entry.session]):

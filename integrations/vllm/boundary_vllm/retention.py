@@ -128,6 +128,16 @@ class RequestCheckpoints:
         return self.block_keeps
 
 
+def holds_decode_states(variant: Variant, boundaries: RequestBoundaries, *, decode_states: bool) -> bool:
+    """Whether a request may keep a decode state at finish, so that its latest decode block
+    boundaries are held (keyed) while it decodes."""
+    return decode_states and (
+        variant in (Variant.DECODE_END, Variant.BOTH)
+        or (variant is Variant.CHAT_AWARE and (boundaries.round_trip or 0) > 0)
+        or (variant is Variant.HORIZON and (boundaries.horizon or 0) >= boundaries.p_end)
+    )
+
+
 def _serving(kinds: Sequence[StateKind]) -> StateKind:
     return next(k for k in SERVING_ORDER if k in kinds)
 
@@ -220,11 +230,7 @@ class CheckpointRetention:
         decision = decide(variant, boundaries, geometry)
         prefill = [k.position for k in decision.keeps if k.phase is Phase.PREFILL]
         native = self.native_positions(request.num_prompt_tokens)
-        may_decode = decode_states and (
-            variant in (Variant.DECODE_END, Variant.BOTH)
-            or (variant is Variant.CHAT_AWARE and (boundaries.round_trip or 0) > 0)
-            or (variant is Variant.HORIZON and (boundaries.horizon or 0) >= boundaries.p_end)
-        )
+        may_decode = holds_decode_states(variant, boundaries, decode_states=decode_states)
         plan = RequestCheckpoints(
             variant,
             boundaries,
