@@ -7,6 +7,7 @@ these records; ``hybrid`` re-exports the public ones.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ class CacheConfig:
         g = self.geometry
         if self.engine_steps and (budget is not None or g.block_bytes != g.state_bytes):
             raise ValueError("engine_steps models vLLM's one block pool: one arena of equal-size pages")
+        if self.engine_steps and not math.isfinite(self.capacity_bytes):
+            raise ValueError(
+                "engine_steps models a block pool of a fixed number of pages: capacity must be finite"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from boundary.cache import CacheRequest, PrefixHasher
+from boundary.cache.hybrid import CacheConfig
 from boundary.retention_policy import (
     Decision,
     DecodeStates,
@@ -271,3 +274,10 @@ def test_an_output_that_crosses_no_block_boundary_leaves_no_block_aligned_decode
     admission = replay.run(prompt, seq(70, 5), "decode_end", twin=False)
     assert admission.plan.states == ()
     assert replay.run(prompt + seq(70, 5) + seq(90, 4), [1]).hit.joint == 0
+
+
+def test_engine_steps_needs_a_finite_pool():
+    # a block pool has a fixed number of pages; an unlimited one cannot be laid out
+    with pytest.raises(ValueError, match="capacity must be finite"):
+        CacheConfig(geometry(state_pages=1), float("inf"), engine_steps=True)
+    CacheConfig(geometry(state_pages=1), 1000.0, engine_steps=True)
