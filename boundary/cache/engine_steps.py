@@ -13,7 +13,9 @@ sub-block one a copy-on-write copy let go when the scheduling step ends; a parti
 is copied into a page of its own), and pages wholly behind the processed position are freed as
 the request moves on (``MambaManager.remove_skipped_blocks``, one step late under
 ``async_lag``), so the hit state and kept prompt states age from then, not from finish; decode
-boundaries stay keyed while the request may keep one (the plugin's tentative hold). Preemption
+boundaries stay keyed while the request may keep one (the plugin's tentative hold), and a
+sub-block keep at or below the joint hit is aliased on the request's block there (as the plugin
+keys it). Preemption
 is not modelled: the pool must hold what vLLM schedules (an allocation with nothing to take
 counts as an overcommit).
 
@@ -258,6 +260,26 @@ class EngineSteps:
             index = tail // block
             if index < len(flight.table) and flight.table[index].creator == request.rid:
                 self.host.blocks.cache_alias(flight.table[index], tail, request.prefix)
+        if g.fine_grained:
+            self._alias_covered_keeps(flight, cache_end)
+
+    def _alias_covered_keeps(self, flight: InFlight, cache_end: int) -> None:
+        """The plugin keys the attention alias of every sub-block prefill keep the request has
+        reached, also one at or below its joint hit (whose state exists already): the request's
+        own block there (a hit block) then answers for that prefix too."""
+        block = self.geometry.block_size
+        request = flight.request
+        reached = min(flight.history[0], cache_end)
+        for keep in flight.decision.keeps:
+            position = keep.position
+            index = position // block
+            if (
+                keep.phase is Phase.PREFILL
+                and position % block
+                and position <= reached
+                and index < len(flight.table)
+            ):
+                self.host.blocks.cache_alias(flight.table[index], position, request.prefix)
 
     def _copy_aside(self, flight: InFlight, now: float) -> None:
         """The copies the previous step asked for: sub-block states, a partial hit's state."""

@@ -13,8 +13,7 @@ that first scheduled it, finished at the step whose output finished it), with as
 scheduling driven as the engine runs it. With a pool small enough to evict, the model runs in
 ``engine_steps`` mode (vLLM's block pool page by page: the free queue, Mamba pages released
 behind the running position, blocks allocated step by step) and, with sessions in flight, is
-fed each request's steps as vLLM scheduled them. Where they do not agree yet (horizon at a unit
-finer than the block, under eviction), a strict ``xfail`` says so and fails the day they do.
+fed each request's steps as vLLM scheduled them.
 With kernel-exported prompt checkpoints at a unit finer than the block, upstream's twin is
 P_end's unit tail (``EngineGeometry.exported_twin``).
 """
@@ -248,11 +247,6 @@ def test_with_kernel_exported_prompt_checkpoints_they_agree_on_every_joint_hit(b
 EVICTING = [(block, unit, v) for block, unit in ((528, 528), (528, 16)) for v in Variant]
 
 
-# Horizon at a unit finer than the block still parts in some pools: its sub-block states age
-# differently in the free queue than vLLM's (not yet traced; strict xfails fail the day they agree).
-_HORIZON_GAP = pytest.mark.xfail(
-    strict=True, reason="horizon's sub-block states are evicted in another order"
-)
 ONE_AT_A_TIME = [
     pytest.param(
         block,
@@ -260,7 +254,6 @@ ONE_AT_A_TIME = [
         v,
         num_blocks,
         id=f"b{block}-u{unit}-{v.value}-{num_blocks}",
-        marks=_HORIZON_GAP if (unit, v, num_blocks) == (16, Variant.HORIZON, 12) else (),
     )
     for num_blocks in (12, 10)
     for block, unit, v in EVICTING
@@ -284,7 +277,6 @@ EVICTING_IN_FLIGHT = [
         unit,
         v,
         id=f"b{block}-u{unit}-{v.value}",
-        marks=_HORIZON_GAP if (unit, v) == (16, Variant.HORIZON) else (),
     )
     for block, unit, v in EVICTING
 ]

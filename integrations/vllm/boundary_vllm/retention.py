@@ -477,9 +477,24 @@ class CheckpointRetention:
         elif plan.kinds_at(tail):
             self._keep_prefill(group, request, block, key, tail, plan)
         elif group.manager._producer_partial_tail_reqs.get(request.request_id, (None,))[0] is block:
-            # not kept by this variant: un-key it (and skip the copy-on-write that would save it)
-            self.pool.cached_block_hash_to_block.pop(key, block.block_id)
-            group.manager._producer_partial_tail_reqs.pop(request.request_id, None)
+            # not kept by this variant: un-key it and skip the copy-on-write that would save it
+            # (``_partial_hit_reqs`` is what makes the next allocation take a copy page)
+            self._unkey(block, key)
+            manager = group.manager
+            manager._producer_partial_tail_reqs.pop(request.request_id, None)
+            if manager._partial_hit_reqs.get(request.request_id, (None, None))[1] is block:
+                del manager._partial_hit_reqs[request.request_id]
+
+    def _unkey(self, block: KVCacheBlock, key: BlockHashWithGroupId) -> None:
+        """Un-key ``key`` on ``block`` entirely: a block left holding the key as its own hash
+        would be freed to the cached end of the free queue although nothing finds it."""
+        self.pool.cached_block_hash_to_block.pop(key, block.block_id)
+        others = self.pool.cached_block_hashes_by_block.get(block.block_id)
+        if block.block_hash == key and not others:
+            self.pool.cached_block_hashes_by_block.pop(block.block_id, None)
+            block.reset_hash()
+        elif others is not None:
+            others.discard(key)
 
     def _keep_prefill(
         self,
