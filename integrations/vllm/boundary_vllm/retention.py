@@ -40,7 +40,7 @@ from typing import Any
 from vllm.v1.core.kv_cache_coordinator import KVCacheCoordinator
 from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock, make_block_hash_with_group_id
 from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager, MambaManager
-from vllm.v1.kv_cache_interface import KVCacheConfig, get_mamba_prefill_checkpoint_position
+from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.request import Request
 
 from boundary.retention_policy import (
@@ -56,6 +56,7 @@ from boundary.retention_policy import (
     prompt_end_position,
     twin_position,
 )
+from boundary_vllm.compat import hash_lookahead_tokens, prefill_checkpoint_position
 from boundary_vllm.counters import MISS, UNTRACKED, CheckpointCounters
 from boundary_vllm.decode_end import committed_end
 
@@ -453,11 +454,11 @@ class CheckpointRetention:
         or un-keyed when the request's decision does not keep it."""
         if self.hash_block_size >= self.block_size:
             return
-        tail = get_mamba_prefill_checkpoint_position(
+        tail = prefill_checkpoint_position(
             request.num_prompt_tokens,
             self.hash_block_size,
             group.manager.drop_eagle_checkpoint_block,
-            num_hash_lookahead_tokens=self.num_hash_lookahead_tokens,
+            self.num_hash_lookahead_tokens,
         )
         if (
             tail <= 0
@@ -591,7 +592,7 @@ def install(
         scheduler.kv_cache_config,
         counters,
         use_eagle=scheduler.use_eagle_block_drop,
-        num_hash_lookahead_tokens=scheduler.num_hash_lookahead_tokens,
+        num_hash_lookahead_tokens=hash_lookahead_tokens(scheduler),
         ledger_capacity=ledger_capacity,
         exported_checkpoints=scheduler.mamba_has_prefill_checkpoint_blocks,
         upstream_twin=upstream_twin,

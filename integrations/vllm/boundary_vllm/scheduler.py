@@ -144,8 +144,8 @@ class BoundaryCheckpointsMixin:
             and self.cache_config.prefix_cache_retention_interval == 0,
         )
 
-    def _get_local_prefix_cache_hit(self, request: Request, max_cache_hit_length: int | None = None):
-        result = super()._get_local_prefix_cache_hit(request, max_cache_hit_length)
+    def _get_local_prefix_cache_hit(self, request: Request, *args: Any):
+        result = super()._get_local_prefix_cache_hit(request, *args)  # 0.33.0 adds max_cache_hit_length
         if self.boundary_retention is not None:
             self._pending_hits[request.request_id] = result[1]
         return result

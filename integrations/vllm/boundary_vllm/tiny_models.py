@@ -1,0 +1,121 @@
+"""Tiny random-weight hybrid models for running a real vLLM engine without a model hub.
+
+Each model is built from a transformers config (seeded random weights, bf16) and saved with
+boundary's shipped Qwen3.5 vocabulary and chat template, so prompts rendered by boundary are
+exactly the ids the engine reads. Built once per config and cached under boundary's cache
+directory (``BOUNDARY_CACHE_DIR``); a cached directory is used only when its recorded
+fingerprint (config, seed, vocabulary and template) matches, and is rebuilt otherwise.
+
+- ``gdn``: ``Qwen3NextForCausalLM``, three Gated DeltaNet layers and one full-attention layer,
+  a few MoE experts (vLLM's Qwen3-Next needs MoE layers); GDN on CPU needs bf16 and a linear
+  head dimension its kernel supports (128).
+- ``mamba2``: ``NemotronHForCausalLM``, Mamba-2 / attention / MLP layers.
+
+Random weights make the outputs meaningless but deterministic: greedy decoding with and without
+a reused state must agree token for token, which is what the engine tier checks. Needs torch
+and transformers (not vLLM).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import boundary
+from boundary.resources import cache_dir
+
+FAMILY, VARIANT = "qwen3_5", "think"  # the vocabulary and template the models are saved with
+VOCAB_SIZE = 248320  # Qwen3.5's padded embedding size (248,044 ranks + added tokens fit)
+SEED = 0
+
+CONFIGS: dict[str, dict[str, Any]] = {
+    "gdn": {
+        "model_type": "qwen3_next",
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "linear_num_key_heads": 1,
+        "linear_num_value_heads": 2,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 128,
+        "shared_expert_intermediate_size": 128,
+        "decoder_sparse_step": 1,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": False,
+    },
+    "mamba2": {
+        "model_type": "nemotron_h",
+        "vocab_size": VOCAB_SIZE,
+        "hidden_size": 256,
+        "intermediate_size": 512,
+        "num_hidden_layers": 4,
+        "hybrid_override_pattern": "M*M-",
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "mamba_num_heads": 8,
+        "mamba_head_dim": 32,
+        "ssm_state_size": 64,
+        "n_groups": 1,
+        "conv_kernel": 4,
+        "chunk_size": 128,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": False,
+    },
+}
+
+
+def model_dir(kind: str, root: Path | None = None) -> Path:
+    """A directory holding the tiny ``kind`` model, its tokenizer and chat template (built once)."""
+    if kind not in CONFIGS:
+        raise ValueError(f"unknown tiny model {kind!r}; known: {', '.join(CONFIGS)}")
+    fingerprint = _fingerprint(kind)
+    target = (root or cache_dir() / "engine-models") / f"{kind}-{fingerprint[:16]}"
+    stamp = target / "boundary-model.json"
+    if stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")).get("fingerprint") == fingerprint:
+        return target
+    staging = target.with_name(target.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    _build(kind, staging)
+    (staging / "boundary-model.json").write_text(
+        json.dumps({"kind": kind, "fingerprint": fingerprint, "seed": SEED}), encoding="utf-8"
+    )
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)  # a crash mid-build leaves only the staging directory
+    return target
+
+
+def _fingerprint(kind: str) -> str:
+    family = boundary.load_family(FAMILY)
+    parts = {
+        "config": CONFIGS[kind],
+        "seed": SEED,
+        "template": family.template(VARIANT),
+        "vocabulary": family.tokenizer.source,
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def _build(kind: str, target: Path) -> None:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    spec = dict(CONFIGS[kind])
+    config = AutoConfig.for_model(spec.pop("model_type"), **spec)
+    torch.manual_seed(SEED)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model.save_pretrained(target)
+    family = boundary.load_family(FAMILY)
+    family.tokenizer.to_transformers(family.template(VARIANT)).save_pretrained(target)
