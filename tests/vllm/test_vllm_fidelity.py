@@ -28,8 +28,8 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
 
 from boundary_vllm.decode_end import committed_end
+from boundary_vllm.prediction import ModelShape, Observed, predicted_hits
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
-from boundary_vllm.retention import holds_decode_states
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
 from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide
@@ -138,55 +138,27 @@ def model_hits_in_engine_order(
     """The model's joint hits with admissions and finishes in vLLM's order (``engine_steps``:
     the model's pool runs each request's steps as vLLM's block pool does; ``models`` receives
     the model)."""
-    geometry = CacheGeometry(
-        block_size=block, unit=unit, page_bytes=4096, group_size=1, attention_groups=1, recurrent_groups=1
-    )
-    engine = EngineGeometry(block, unit, exported_twin=exported_twin)
-    model = HybridPrefixCache(
-        CacheConfig(geometry, capacity_bytes=capacity, engine_steps=engine_steps, async_lag=engine_steps)
-    )
-    if models is not None:
-        models.append(model)
-    hasher = PrefixHasher(unit)
-    # (step, phase, order in the step, session, request, computed tokens after the step):
-    # within a step vLLM allocates for the requests it schedules in order (running ones first),
-    # and frees finished ones when it processes that step's output, after scheduling the next
-    events = sorted(
+    observed = [
         [
-            (step, 0, order, si, ri, end)
-            for si, outs in enumerate(outcomes)
-            for ri, o in enumerate(outs)
-            for step, order, end in (o.steps if engine_steps else ((o.admitted, 0, 0),))
+            Observed(
+                r.prompt_token_ids,
+                r.output_token_ids,
+                r.input_end,
+                r.stop_token_ids,
+                r.round_trip,
+                r.horizon,
+                o.admitted,
+                o.finished,
+                o.steps,
+            )
+            for r, o in zip(session, outs, strict=True)
         ]
-        + [(o.finished, 1, 0, si, ri, 0) for si, outs in enumerate(outcomes) for ri, o in enumerate(outs)]
+        for session, outs in zip(sessions, outcomes, strict=True)
+    ]
+    shape = ModelShape(
+        block, unit, capacity_bytes=capacity, exported_twin=exported_twin, engine_steps=engine_steps
     )
-    rids: dict[tuple[int, int], int] = {}
-    hits: dict[tuple[int, int], int] = {}
-    for step, phase, _, si, ri, computed in events:
-        r = sessions[si][ri]
-        n = len(r.prompt_token_ids)
-        if phase == 0 and (si, ri) not in rids:
-            rid = rids[(si, ri)] = len(rids)
-            tokens = [*r.prompt_token_ids, *r.output_token_ids]
-            request = CacheRequest.from_tokens(rid, tokens, n, hasher)
-            boundaries = RequestBoundaries(n, r.input_end, None, r.round_trip, r.horizon)
-            admission = decide(variant, boundaries, engine)
-            hits[(si, ri)] = model.admit(
-                request,
-                admission,
-                now=float(step),
-                run_prefill=not engine_steps,
-                tentative_decode=holds_decode_states(variant, boundaries, decode_states=True),
-            ).hit.joint
-        if phase == 0 and engine_steps:
-            model.step(rids[(si, ri)], computed, now=float(step))
-        elif phase == 1:
-            end = committed_end(n, r.output_token_ids, set(r.stop_token_ids))
-            d_end = max(min(end, n + len(r.output_token_ids) - 1), n)
-            final = decide(variant, RequestBoundaries(n, r.input_end, d_end, r.round_trip, r.horizon), engine)
-            model.finish(rids[(si, ri)], now=step + 0.5, decision=final)
-        model.check_invariants()
-    return [[hits[(si, ri)] for ri in range(len(s))] for si, s in enumerate(sessions)]
+    return predicted_hits(observed, variant, shape, models=models)
 
 
 def concurrent(

@@ -107,7 +107,11 @@ class StepLog:
         for new in out.scheduled_new_reqs:
             if new.req_id not in self.requests:
                 request = scheduler.requests[new.req_id]
-                kind = "n/a" if retention is None else str(retention.classify_hit(request, new.num_computed_tokens))
+                kind = (
+                    "n/a"
+                    if retention is None
+                    else str(retention.classify_hit(request, new.num_computed_tokens))
+                )
                 self.requests[new.req_id] = LoggedRequest(
                     new.num_computed_tokens, kind, self.step_no, request.num_prompt_tokens
                 )
@@ -394,5 +398,9 @@ def compare_outputs(reused: EngineOutcome, reference: EngineOutcome, tolerance: 
         diverged = len(pairs)
     upto = len(pairs) if diverged is None else min(diverged + 1, len(pairs))
     diffs = [abs(a - b) for a, b in zip(reused.logprobs[:upto], reference.logprobs[:upto], strict=True)]
-    near_tie = diverged is not None and diverged < len(reference.margins) and reference.margins[diverged] <= tolerance
+    near_tie = (
+        diverged is not None
+        and diverged < len(reference.margins)
+        and reference.margins[diverged] <= tolerance
+    )
     return OutputComparison(diverged is None, diverged, near_tie, max(diffs, default=0.0))

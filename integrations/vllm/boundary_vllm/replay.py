@@ -85,6 +85,7 @@ class EngineShape:
     policy: Policy = Policy.BOTH
     async_scheduling: bool = False
     mamba_layers: int = 3  # 0: no Mamba group (a plain attention model)
+    mamba_groups: int = 1  # vLLM groups layers by the attention layer count: 3 GDN + 1 attention = 3 groups
     mamba_state_shapes: tuple[tuple[int, ...], ...] = ((3, 512), (8, 64, 64))  # conv state, recurrent state
     attention_layers: int = 1
     exported_checkpoints: bool = False  # the kernels export the prompt checkpoint (GDN on FlashInfer)
@@ -435,13 +436,14 @@ def _kv_cache_config(shape: EngineShape, retention_interval: int | None) -> KVCa
                 [f"model.layers.{i}.self_attn.attn" for i in range(shape.attention_layers)], attention
             ),
             *(  # no Mamba layers: a plain attention model, for which the plugin stays inactive
-                [
-                    KVCacheGroupSpec(
-                        [f"model.layers.{i}.linear_attn" for i in range(shape.mamba_layers)], mamba
-                    )
-                ]
-                if shape.mamba_layers
-                else []
+                KVCacheGroupSpec(
+                    [
+                        f"model.layers.{i}.linear_attn"
+                        for i in range(g, shape.mamba_layers, shape.mamba_groups)
+                    ],
+                    mamba,
+                )
+                for g in range(shape.mamba_groups if shape.mamba_layers else 0)
             ),
         ],
         prefix_cache_retention_interval=retention_interval,  # as vLLM's KV-cache planning copies it

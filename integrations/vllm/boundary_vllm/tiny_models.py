@@ -11,9 +11,13 @@ fingerprint (config, seed, vocabulary and template) matches, and is rebuilt othe
   head dimension its kernel supports (128).
 - ``mamba2``: ``NemotronHForCausalLM``, Mamba-2 / attention / MLP layers.
 
-Random weights make the outputs meaningless but deterministic: greedy decoding with and without
-a reused state must agree token for token, which is what the engine tier checks. Needs torch
-and transformers (not vLLM).
+Random weights make the outputs meaningless but deterministic. Two changes to the random
+initialisation make what the model predicts depend on its whole recurrent state, so that a
+wrong state shows: the recurrent layers barely decay (``A_log`` set to ``RECURRENT_A_LOG``; at
+the default initialisation they forget within ~10 tokens), and their output projections are
+scaled up (``RECURRENT_OUT_SCALE``). Measured with the ``gdn`` model: a state carrying 16 tokens
+twice moved the last logprobs by 0.5 nats (by 0.008, one bf16 step, before these changes).
+Needs torch and transformers (not vLLM).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ from boundary.resources import cache_dir
 FAMILY, VARIANT = "qwen3_5", "think"  # the vocabulary and template the models are saved with
 VOCAB_SIZE = 248320  # Qwen3.5's padded embedding size (248,044 ranks + added tokens fit)
 SEED = 0
+RECURRENT_OUT_SCALE = 16.0
+RECURRENT_OUT = {"gdn": ".linear_attn.out_proj.weight", "mamba2": ".mixer.out_proj.weight"}
+RECURRENT_A_LOG = -8.0  # decay rate exp(A_log) per unit step: the state keeps its history
 
 CONFIGS: dict[str, dict[str, Any]] = {
     "gdn": {
@@ -102,6 +109,8 @@ def _fingerprint(kind: str) -> str:
     parts = {
         "config": CONFIGS[kind],
         "seed": SEED,
+        "recurrent_out_scale": RECURRENT_OUT_SCALE,
+        "recurrent_a_log": RECURRENT_A_LOG,
         "template": family.template(VARIANT),
         "vocabulary": family.tokenizer.source,
     }
@@ -116,6 +125,15 @@ def _build(kind: str, target: Path) -> None:
     config = AutoConfig.for_model(spec.pop("model_type"), **spec)
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    with torch.no_grad():
+        scaled = [w for name, w in model.named_parameters() if name.endswith(RECURRENT_OUT[kind])]
+        if not scaled:
+            raise RuntimeError(f"no recurrent output projection in the {kind} model")
+        for weight in scaled:
+            weight.mul_(RECURRENT_OUT_SCALE)
+        for name, weight in model.named_parameters():
+            if name.endswith(".A_log"):
+                weight.fill_(RECURRENT_A_LOG)
     model.save_pretrained(target)
     family = boundary.load_family(FAMILY)
     family.tokenizer.to_transformers(family.template(VARIANT)).save_pretrained(target)

