@@ -21,6 +21,7 @@ from boundary.audit.production import stop_ids
 from boundary.audit.runner import AuditSettings, audit_requests
 from boundary.cli.main import main as boundary_main
 from boundary.prefixes import common_prefix_length
+from boundary.retention_policy import capped_d_end
 from boundary.trace import TraceRequest, read_trace, sessions
 from tests.support import family
 from tests.vllm.streams import turns
@@ -79,7 +80,9 @@ def test_a_recorded_stream_holds_what_the_engine_saw(recorded):
             assert record.output is not None and record.output.token_ids == output
             assert record.u_end == request.input_end
             assert record.p_end == len(request.prompt_token_ids)
-            assert record.d_end == len(request.prompt_token_ids) + len(output) - (output[-1] in stops)
+            committed_end = len(request.prompt_token_ids) + len(output) - (output[-1] in stops)
+            num_tokens = len(request.prompt_token_ids) + len(output)
+            assert record.d_end == capped_d_end(committed_end, num_tokens, record.p_end)
             assert record.hit_tokens == outcome.hit_tokens
             assert record.served_by == (None if outcome.hit_kind == "miss" else outcome.hit_kind)
             assert record.policy == "both"
@@ -134,6 +137,22 @@ def test_boundary_experiment_replays_the_recorded_file_as_it_is(recorded, tmp_pa
     assert stream["sessions"] == len(CONVERSATIONS)
     assert stream["prompt_tokens"] == sum(r.p_end or 0 for r in records)
     assert stream["output_tokens"] == sum(len(r.output.token_ids) for r in records if r.output)
+
+
+def test_a_length_capped_request_records_the_d_end_its_retention_decided_with(tmp_path):
+    # no stop token: the committed end is every token, but the last sampled one was never fed
+    # to the model, so the recorded D_end is the one the retention decision capped (num_tokens - 1)
+    path = tmp_path / "capped.jsonl"
+    t = turns(11)[1]
+    capped = dataclasses.replace(
+        ReplayRequest.from_turn(t), output_token_ids=tuple(t.output.token_ids[:-1]), stop_token_ids=()
+    )
+    run = Replay(EngineShape(block_size=16, policy=Policy.BOTH, settings={"record_path": str(path)}))
+    run.run(capped)
+    run.scheduler.shutdown()
+    (record,) = read_trace(path)
+    num_tokens = len(capped.prompt_token_ids) + len(capped.output_token_ids)
+    assert record.d_end == num_tokens - 1 == capped_d_end(num_tokens, num_tokens, record.p_end)
 
 
 def test_recording_is_off_unless_asked():

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from boundary.retention_policy import capped_d_end
+
 
 def committed_end(
     num_prompt_tokens: int, output_token_ids: Sequence[int], stop_token_ids: Collection[int]
@@ -21,6 +23,15 @@ def committed_end(
     while end > 0 and output_token_ids[end - 1] in stop_token_ids:
         end -= 1
     return num_prompt_tokens + end
+
+
+def request_d_end(request: Any) -> int:
+    """D_end of a finished vLLM ``Request``, as the retention decision and the recorded trace
+    both take it: ``boundary.retention_policy.capped_d_end`` of its committed end."""
+    params = request.sampling_params
+    stops = params.all_stop_token_ids if params is not None else ()
+    end = committed_end(request.num_prompt_tokens, request.output_token_ids, stops)
+    return capped_d_end(end, request.num_tokens, request.num_prompt_tokens)
 
 
 class Consumability(StrEnum):
