@@ -202,6 +202,19 @@ def test_serializing_happens_on_the_writer_thread_and_bad_input_never_raises(tmp
     assert not recorder.submit(finished("late"))
 
 
+def test_submitting_never_wakes_the_writer_thread_and_flush_does(tmp_path):
+    recorder = TraceRecorder(tmp_path / "e.jsonl", RecordLimits(poll_s=3600))
+    for i in range(3):
+        assert recorder.submit(finished(f"s{i}"))
+    assert recorder.stats.written == 0  # queued only: the writer sleeps until its poll or a flush
+    recorder.flush()
+    assert recorder.stats.written == 3
+    assert [r.session for r in read_trace(tmp_path / "e.jsonl")] == ["s0", "s1", "s2"]
+    recorder.submit(finished("s3"))
+    recorder.close()  # close writes the backlog
+    assert recorder.stats.written == 4
+
+
 def test_a_full_queue_drops_and_counts_without_blocking(tmp_path, monkeypatch):
     import boundary_vllm.recording as recording
 

@@ -25,13 +25,20 @@ def committed_end(
     return num_prompt_tokens + end
 
 
+def final_d_end(
+    num_prompt_tokens: int, output_token_ids: Sequence[int], stop_token_ids: Collection[int], num_tokens: int
+) -> int:
+    """D_end of a finished request, as the retention decision and the recorded trace both take
+    it: ``boundary.retention_policy.capped_d_end`` of its committed end."""
+    end = committed_end(num_prompt_tokens, output_token_ids, stop_token_ids)
+    return capped_d_end(end, num_tokens, num_prompt_tokens)
+
+
 def request_d_end(request: Any) -> int:
-    """D_end of a finished vLLM ``Request``, as the retention decision and the recorded trace
-    both take it: ``boundary.retention_policy.capped_d_end`` of its committed end."""
+    """``final_d_end`` of a finished vLLM ``Request``."""
     params = request.sampling_params
     stops = params.all_stop_token_ids if params is not None else ()
-    end = committed_end(request.num_prompt_tokens, request.output_token_ids, stops)
-    return capped_d_end(end, request.num_tokens, request.num_prompt_tokens)
+    return final_d_end(request.num_prompt_tokens, request.output_token_ids, stops, request.num_tokens)
 
 
 class Consumability(StrEnum):

@@ -27,7 +27,9 @@ from boundary_vllm.pin import check_vllm, installed_vllm
 
 check_vllm(installed_vllm(), required=True)  # the engine side extends non-public vLLM classes
 
+import functools
 import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from vllm.logger import init_logger
@@ -38,11 +40,11 @@ from vllm.v1.request import Request, RequestStatus
 
 from boundary.retention_policy import RequestBoundaries, Variant
 from boundary_vllm.counters import CheckpointCounters, PrometheusExport
-from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability, request_d_end
+from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability, final_d_end
 from boundary_vllm.engine_checks import EngineFacts, check_engine
 from boundary_vllm.hints import SESSION_KEY, CheckpointHints, HintStatus, decode_hints
 from boundary_vllm.recording import FinishedRequest, TraceRecorder, recorder_from
-from boundary_vllm.retention import CheckpointRetention, install
+from boundary_vllm.retention import CheckpointRetention, RequestCheckpoints, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
 from boundary_vllm.settings import IntegrationSettings, Policy, read_settings
 
@@ -235,24 +237,25 @@ class BoundaryCheckpointsMixin:
         return super()._free_request(request, delay_free_blocks)
 
     def _record(self, request: Request) -> None:
-        """Hand a completed request to the recorder: references only, serialized off-thread."""
+        """Hand a completed request to the recorder: references and ints only; the record is
+        assembled, validated and serialized on the writer thread (``_finished``)."""
         served = self._served.pop(request.request_id, None)
         params = request.sampling_params
         if request.status not in _COMPLETED or params is None or served is None:
             return
-        extra = params.extra_args or {}
         plan = self.boundary_retention.plan(request.request_id) if self.boundary_retention else None
         assert self.boundary_recorder is not None
         self.boundary_recorder.submit(
-            FinishedRequest(
-                session=str(extra.get(SESSION_KEY) or request.request_id),
-                prompt_token_ids=request.prompt_token_ids or (),
-                output_token_ids=request.output_token_ids,
-                u_end=plan.request.u_end if plan is not None else None,
-                d_end=request_d_end(request),
-                hit_tokens=served[0],
-                served=served[1],
-                policy=plan.variant.value if plan is not None else None,
+            functools.partial(
+                _finished,
+                request.request_id,
+                params.extra_args,
+                request.prompt_token_ids or (),
+                request.output_token_ids,
+                (request.num_prompt_tokens, request.num_tokens),
+                params.all_stop_token_ids,
+                plan,
+                served,
             )
         )
 
@@ -283,6 +286,31 @@ class BoundaryCheckpointsMixin:
         if interval and now - self._last_log >= interval:
             self._last_log = now
             logger.info("boundary %s", self.boundary_counters.summary())
+
+
+def _finished(
+    request_id: str,
+    extra_args: dict[str, Any] | None,
+    prompt_token_ids: Sequence[int],
+    output_token_ids: Sequence[int],
+    lengths: tuple[int, int],
+    stop_token_ids: Collection[int],
+    plan: RequestCheckpoints | None,
+    served: tuple[int, str],
+) -> FinishedRequest:
+    """The record of a finished request (built on the recorder's thread); ``lengths``: its
+    prompt and total token counts at finish."""
+    num_prompt_tokens, num_tokens = lengths
+    return FinishedRequest(
+        session=str((extra_args or {}).get(SESSION_KEY) or request_id),
+        prompt_token_ids=prompt_token_ids,
+        output_token_ids=output_token_ids,
+        u_end=plan.request.u_end if plan is not None else None,
+        d_end=final_d_end(num_prompt_tokens, output_token_ids, stop_token_ids, num_tokens),
+        hit_tokens=served[0],
+        served=served[1],
+        policy=plan.variant.value if plan is not None else None,
+    )
 
 
 _EXPORT: PrometheusExport | None = None
