@@ -192,13 +192,18 @@ class CheckpointRetention:
             for gid, manager in self.attention:
                 upstream = manager.cache_blocks
                 manager.cache_blocks = functools.partial(self._cache_attention_blocks, gid, manager, upstream)
+        self._moving = False
+        self._follow_pool()
+
+    def _follow_pool(self) -> None:
+        """Keep the ledger in step with the block pool: un-keyed blocks, copy-on-write moves,
+        and prefix-cache resets."""
         remove = self.pool._remove_cached_block_hashes
         self.pool._remove_cached_block_hashes = functools.partial(self._removed, remove)
         move = self.pool.move_block_hashes
         self.pool.move_block_hashes = functools.partial(self._moved, move)
         reset = self.pool.reset_prefix_cache
         self.pool.reset_prefix_cache = functools.partial(self._reset, reset)
-        self._moving = False
 
     # -- geometry --------------------------------------------------------------------------------
     def geometry(self, *, decode_states: bool) -> EngineGeometry:
