@@ -114,8 +114,8 @@ class EngineGeometry:
 @dataclass(frozen=True, slots=True)
 class RequestBoundaries:
     """One request. Positions are token offsets into prompt + output; ``d_end`` None means
-    not known yet (admission); callers cap ``d_end`` at the tokens the request computed
-    (``num_tokens - 1``). ``round_trip``: the probability that the output re-renders token
+    not known yet (admission); callers take it from ``capped_d_end`` (the committed end capped
+    at the tokens the request computed). ``round_trip``: the probability that the output re-renders token
     for token into the next request (None: unknown, counted as 0). ``horizon``: the stability
     horizon, possibly past P_end (the engine caps it at D_end); None: not predicted.
 
@@ -162,6 +162,13 @@ class Decision:
 
     def at(self, position: int) -> Keep | None:
         return next((k for k in self.keeps if k.position == position), None)
+
+
+def capped_d_end(committed_end: int, num_tokens: int, p_end: int) -> int:
+    """D_end as a finished request can keep it: its committed end (trailing stop tokens
+    excluded), capped at ``num_tokens - 1`` (the last sampled token was never fed to the model,
+    so no state covers it), never before P_end. The one rule for every executor and recorder."""
+    return max(min(committed_end, num_tokens - 1), p_end)
 
 
 # -- materialization -------------------------------------------------------------------------------

@@ -15,7 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from boundary.experiment.stream import StreamRequest
-from boundary.retention_policy import Decision, EngineGeometry, RequestBoundaries, Variant, decide
+from boundary.retention_policy import (
+    Decision,
+    EngineGeometry,
+    RequestBoundaries,
+    Variant,
+    capped_d_end,
+    decide,
+)
 
 ORACLE = "oracle"
 
@@ -34,11 +41,11 @@ def boundaries(
 ) -> RequestBoundaries:
     """The policy's inputs for ``request``; D_end (capped at the computed tokens) only once
     ``finished``."""
-    d_end = min(request.d_end, len(request.tokens) - 1) if finished else None
+    d_end = capped_d_end(request.d_end, len(request.tokens), request.p_end) if finished else None
     return RequestBoundaries(
         p_end=request.p_end,
         u_end=request.u_end,
-        d_end=max(d_end, request.p_end) if d_end is not None else None,
+        d_end=d_end,
         round_trip=1.0 if predictor(request) else 0.0,
         horizon=request.horizon,
     )

@@ -21,6 +21,7 @@ from boundary.retention_policy import (
     Phase,
     RequestBoundaries,
     Variant,
+    capped_d_end,
     check_phases,
     decide,
 )
@@ -202,3 +203,10 @@ def test_a_stream_request_reaches_the_policy_with_its_verdict_and_horizon():
 def test_an_unknown_policy_is_named_in_the_error():
     with pytest.raises(ValueError, match="unknown policy 'nope'"):
         policy("nope")
+
+
+def test_d_end_is_capped_at_the_last_computed_token_and_never_before_p_end():
+    assert capped_d_end(149, 150, 95) == 149  # a trailing stop token: the committed end itself
+    assert capped_d_end(150, 150, 95) == 149  # length-capped: the last sampled token has no state
+    assert capped_d_end(95, 96, 95) == 95
+    assert capped_d_end(96, 96, 95) == 95  # one sampled token, never fed back: P_end

@@ -9,7 +9,8 @@ from boundary.checkpoints import CheckpointKind
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
-    return registry.get_sample_value(name, labels)
+    """A sample of an export without engine labels (both are then empty)."""
+    return registry.get_sample_value(name, {"model_name": "", "engine": "", **labels})
 
 
 def test_the_export_adds_only_what_changed_since_the_last_snapshot():
@@ -45,3 +46,16 @@ def test_the_summary_line_names_every_counter():
     line = counters.summary()
     for part in ("checkpoints created: decode_end=1", "hits: none", "forced splits: 0", "retained bytes"):
         assert part in line
+
+
+def test_a_kind_no_longer_held_reads_zero_and_engines_stay_apart():
+    registry = CollectorRegistry()
+    export = PrometheusExport(registry)
+    held = CheckpointCounters(retained_bytes={"decode_end": 4096})
+    a = {"model_name": "m", "engine": "0"}
+    b = {"model_name": "m", "engine": "1"}
+    export.add(held, CheckpointCounters(), decode_end_consumable=True, labels=a)
+    export.add(held, CheckpointCounters(), decode_end_consumable=True, labels=b)
+    export.add(CheckpointCounters(), held, decode_end_consumable=True, labels=a)  # evicted, or a reset
+    assert registry.get_sample_value("boundary_retained_bytes", {**a, "kind": "decode_end"}) == 0
+    assert registry.get_sample_value("boundary_retained_bytes", {**b, "kind": "decode_end"}) == 4096

@@ -68,10 +68,13 @@ def test_under_eviction_the_ledger_is_pruned_and_retained_bytes_match_the_pool()
     pool = retention.pool.cached_block_hash_to_block
     assert all(pool.get_one_block(key) is not None for key in retention.ledger)  # pruned on eviction
     by_pool: dict[str, int] = {}
-    for entry in retention.ledger.values():
-        if entry.counted:
-            by_pool[entry.kind.value] = by_pool.get(entry.kind.value, 0) + entry.nbytes
+    for key in retention.ledger:
+        for holder in retention.ledger.holders(key):
+            assert pool.contain(key, holder.block_id)
+            if holder.counted:
+                by_pool[holder.kind.value] = by_pool.get(holder.kind.value, 0) + holder.nbytes
     assert retention.retained_bytes() == {k: v for k, v in by_pool.items() if v}
+    retention.check_invariants()
     assert run.scheduler.kv_cache_manager.block_pool.get_num_free_blocks() < 900  # the pool was used up
 
 

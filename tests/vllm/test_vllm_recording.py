@@ -21,6 +21,7 @@ from boundary.audit.production import stop_ids
 from boundary.audit.runner import AuditSettings, audit_requests
 from boundary.cli.main import main as boundary_main
 from boundary.prefixes import common_prefix_length
+from boundary.retention_policy import capped_d_end
 from boundary.trace import TraceRequest, read_trace, sessions
 from tests.support import family
 from tests.vllm.streams import turns
@@ -79,7 +80,9 @@ def test_a_recorded_stream_holds_what_the_engine_saw(recorded):
             assert record.output is not None and record.output.token_ids == output
             assert record.u_end == request.input_end
             assert record.p_end == len(request.prompt_token_ids)
-            assert record.d_end == len(request.prompt_token_ids) + len(output) - (output[-1] in stops)
+            committed_end = len(request.prompt_token_ids) + len(output) - (output[-1] in stops)
+            num_tokens = len(request.prompt_token_ids) + len(output)
+            assert record.d_end == capped_d_end(committed_end, num_tokens, record.p_end)
             assert record.hit_tokens == outcome.hit_tokens
             assert record.served_by == (None if outcome.hit_kind == "miss" else outcome.hit_kind)
             assert record.policy == "both"
@@ -136,6 +139,22 @@ def test_boundary_experiment_replays_the_recorded_file_as_it_is(recorded, tmp_pa
     assert stream["output_tokens"] == sum(len(r.output.token_ids) for r in records if r.output)
 
 
+def test_a_length_capped_request_records_the_d_end_its_retention_decided_with(tmp_path):
+    # no stop token: the committed end is every token, but the last sampled one was never fed
+    # to the model, so the recorded D_end is the one the retention decision capped (num_tokens - 1)
+    path = tmp_path / "capped.jsonl"
+    t = turns(11)[1]
+    capped = dataclasses.replace(
+        ReplayRequest.from_turn(t), output_token_ids=tuple(t.output.token_ids[:-1]), stop_token_ids=()
+    )
+    run = Replay(EngineShape(block_size=16, policy=Policy.BOTH, settings={"record_path": str(path)}))
+    run.run(capped)
+    run.scheduler.shutdown()
+    (record,) = read_trace(path)
+    num_tokens = len(capped.prompt_token_ids) + len(capped.output_token_ids)
+    assert record.d_end == num_tokens - 1 == capped_d_end(num_tokens, num_tokens, record.p_end)
+
+
 def test_recording_is_off_unless_asked():
     run = Replay(EngineShape(block_size=16))
     assert run.scheduler.boundary_recorder is None
@@ -181,6 +200,19 @@ def test_serializing_happens_on_the_writer_thread_and_bad_input_never_raises(tmp
     assert (record.session, record.served_by, record.hit_tokens, record.d_end) == ("good", None, 0, 5)
     recorder.close()
     assert not recorder.submit(finished("late"))
+
+
+def test_submitting_never_wakes_the_writer_thread_and_flush_does(tmp_path):
+    recorder = TraceRecorder(tmp_path / "e.jsonl", RecordLimits(poll_s=3600))
+    for i in range(3):
+        assert recorder.submit(finished(f"s{i}"))
+    assert recorder.stats.written == 0  # queued only: the writer sleeps until its poll or a flush
+    recorder.flush()
+    assert recorder.stats.written == 3
+    assert [r.session for r in read_trace(tmp_path / "e.jsonl")] == ["s0", "s1", "s2"]
+    recorder.submit(finished("s3"))
+    recorder.close()  # close writes the backlog
+    assert recorder.stats.written == 4
 
 
 def test_a_full_queue_drops_and_counts_without_blocking(tmp_path, monkeypatch):

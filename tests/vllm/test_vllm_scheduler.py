@@ -108,8 +108,9 @@ def test_only_the_aligned_decode_end_state_outlives_the_request():
     run.run(ReplayRequest.from_turn(a))
     retention = run.scheduler.boundary_retention
     kept: dict[str, int] = {}
-    for entry in retention.ledger.values():
-        kept[entry.kind.value] = kept.get(entry.kind.value, 0) + 1
+    for key in retention.ledger:
+        for holder in retention.ledger.holders(key):
+            kept[holder.kind.value] = kept.get(holder.kind.value, 0) + 1
     # the tentative decode states were released; decode_end does not keep P_end, only its twin
     assert kept == {"prompt_end_block": 1, "decode_end": 1}
     d_end = len(a.tokens) - 1
@@ -236,7 +237,8 @@ def test_the_counters_are_logged_and_exported_as_metrics():
     from prometheus_client import REGISTRY
 
     def exported(kind: str) -> float:
-        return REGISTRY.get_sample_value("boundary_prefix_hits_total", {"kind": kind}) or 0.0
+        labels = {"model_name": model_name, "engine": "0", "kind": kind}
+        return REGISTRY.get_sample_value("boundary_prefix_hits_total", labels) or 0.0
 
     lines: list[str] = []
     handler = logging.Handler()
@@ -245,9 +247,10 @@ def test_the_counters_are_logged_and_exported_as_metrics():
     level = logger.level
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
+    run = Replay(shape(Policy.BOTH, settings={"log_interval_s": 1e-9}))
+    model_name = run.scheduler.boundary_metric_labels["model_name"]
     before = exported("input_end")
     try:
-        run = Replay(shape(Policy.BOTH, settings={"log_interval_s": 1e-9}))
         run.run_all(requests(turn(11, 2), turn(11, 4)))
         run.counters  # noqa: B018  (a report pushes the latest counts)
     finally:
@@ -256,7 +259,8 @@ def test_the_counters_are_logged_and_exported_as_metrics():
     assert any("boundary checkpoints: policy=both, active; decode_end consumable" in line for line in lines)
     assert any("hits: input_end=1, miss=1" in line for line in lines)
     assert exported("input_end") == before + 1
-    assert REGISTRY.get_sample_value("boundary_decode_end_consumable") == 1
+    engine = {"model_name": model_name, "engine": "0"}
+    assert REGISTRY.get_sample_value("boundary_decode_end_consumable", engine) == 1
 
 
 def test_on_a_model_without_recurrent_layers_the_plugin_is_inactive_and_upstream():

@@ -4,12 +4,15 @@ kind of checkpoint that served them, prefill chunks split early, and hint outcom
 ``CheckpointCounters`` is plain data (tests read it directly). ``PrometheusExport`` mirrors it
 into ``prometheus_client`` metrics in the engine process: they reach vLLM's ``/metrics`` when
 ``PROMETHEUS_MULTIPROC_DIR`` is set for the server (the engine process inherits it), or a
-separate endpoint with ``metrics_port``.
+separate endpoint with ``metrics_port``. Every metric carries vLLM's own ``model_name`` and
+``engine`` labels (the served model name and the engine index), so several engines or models
+behind one ``/metrics`` stay apart.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +20,7 @@ from boundary.checkpoints import CheckpointKind
 
 MISS = "miss"  # a lookup that reused nothing
 UNTRACKED = "untracked"  # a hit on a state whose origin was not recorded (ledger overflow, reset)
+ENGINE_LABELS = ("model_name", "engine")  # vLLM's own metric labels
 
 
 @dataclass(slots=True)
@@ -67,61 +71,74 @@ class CheckpointCounters:
 
 
 class PrometheusExport:
-    """Counter/gauge mirrors of ``CheckpointCounters``."""
+    """Counter/gauge mirrors of ``CheckpointCounters``, labelled per engine (``ENGINE_LABELS``)."""
 
     def __init__(self, registry: Any = None) -> None:
         from prometheus_client import REGISTRY, Gauge
         from prometheus_client import Counter as PCounter
 
         registry = REGISTRY if registry is None else registry
+        engine = list(ENGINE_LABELS)
         self._created = PCounter(
             "boundary_checkpoints_created",
             "Recurrent-state checkpoints created, by kind",
-            ["kind"],
+            [*engine, "kind"],
             registry=registry,
         )
         self._created_bytes = PCounter(
             "boundary_checkpoint_bytes_retained",
             "Bytes of recurrent state retained at creation, by kind",
-            ["kind"],
+            [*engine, "kind"],
             registry=registry,
         )
         self._hits = PCounter(
             "boundary_prefix_hits",
             "Prefix-cache admissions by the checkpoint kind that served them",
-            ["kind"],
+            [*engine, "kind"],
             registry=registry,
         )
         self._hit_tokens = PCounter(
             "boundary_prefix_hit_tokens",
             "Prompt tokens served from cache, by checkpoint kind",
-            ["kind"],
+            [*engine, "kind"],
             registry=registry,
         )
         self._splits = PCounter(
-            "boundary_forced_splits", "Prefill chunks ended early at a U_end checkpoint", registry=registry
+            "boundary_forced_splits",
+            "Prefill chunks ended early at a U_end checkpoint",
+            engine,
+            registry=registry,
         )
         self._hints = PCounter(
-            "boundary_requests", "Requests by checkpoint-hint outcome", ["hints"], registry=registry
+            "boundary_requests", "Requests by checkpoint-hint outcome", [*engine, "hints"], registry=registry
         )
         self._retained = Gauge(
             "boundary_retained_bytes",
             "Bytes of recurrent state currently held, by kind",
-            ["kind"],
+            [*engine, "kind"],
             registry=registry,
             multiprocess_mode="livesum",
         )
         self._decode_end = Gauge(
             "boundary_decode_end_consumable",
             "1 when a decode-end state can serve a later prefill",
+            engine,
             registry=registry,
             multiprocess_mode="livemax",
         )
 
     def add(
-        self, now: CheckpointCounters, before: CheckpointCounters, *, decode_end_consumable: bool
+        self,
+        now: CheckpointCounters,
+        before: CheckpointCounters,
+        *,
+        decode_end_consumable: bool,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
-        """Export what changed between two snapshots of one scheduler's counters."""
+        """Export what changed between two snapshots of one scheduler's counters; ``labels``:
+        that engine's ``model_name`` and ``engine`` (empty strings when not given). A kind no
+        longer held (evicted, or a prefix-cache reset) is set back to 0."""
+        engine = {name: (labels or {}).get(name, "") for name in ENGINE_LABELS}
         for metric, new, old in (
             (self._created, now.created, before.created),
             (self._created_bytes, now.created_bytes, before.created_bytes),
@@ -131,9 +148,11 @@ class PrometheusExport:
         ):
             for label, value in new.items():
                 if value > old.get(label, 0):
-                    metric.labels(label).inc(value - old.get(label, 0))
+                    metric.labels(*engine.values(), label).inc(value - old.get(label, 0))
         if now.forced_splits > before.forced_splits:
-            self._splits.inc(now.forced_splits - before.forced_splits)
+            self._splits.labels(**engine).inc(now.forced_splits - before.forced_splits)
+        for label in before.retained_bytes.keys() - now.retained_bytes.keys():
+            self._retained.labels(*engine.values(), label).set(0)
         for label, value in now.retained_bytes.items():
-            self._retained.labels(label).set(value)
-        self._decode_end.set(1 if decode_end_consumable else 0)
+            self._retained.labels(*engine.values(), label).set(value)
+        self._decode_end.labels(**engine).set(1 if decode_end_consumable else 0)

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from boundary.retention_policy import capped_d_end
+
 
 def committed_end(
     num_prompt_tokens: int, output_token_ids: Sequence[int], stop_token_ids: Collection[int]
@@ -21,6 +23,22 @@ def committed_end(
     while end > 0 and output_token_ids[end - 1] in stop_token_ids:
         end -= 1
     return num_prompt_tokens + end
+
+
+def final_d_end(
+    num_prompt_tokens: int, output_token_ids: Sequence[int], stop_token_ids: Collection[int], num_tokens: int
+) -> int:
+    """D_end of a finished request, as the retention decision and the recorded trace both take
+    it: ``boundary.retention_policy.capped_d_end`` of its committed end."""
+    end = committed_end(num_prompt_tokens, output_token_ids, stop_token_ids)
+    return capped_d_end(end, num_tokens, num_prompt_tokens)
+
+
+def request_d_end(request: Any) -> int:
+    """``final_d_end`` of a finished vLLM ``Request``."""
+    params = request.sampling_params
+    stops = params.all_stop_token_ids if params is not None else ()
+    return final_d_end(request.num_prompt_tokens, request.output_token_ids, stops, request.num_tokens)
 
 
 class Consumability(StrEnum):

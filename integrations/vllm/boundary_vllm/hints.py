@@ -31,7 +31,8 @@ class HintStatus(StrEnum):
 class CheckpointHints:
     """What one request asked for. ``input_end`` is set only when ``status`` is ACCEPTED;
     ``policy`` is a policy name the request asked for, if any; ``round_trip`` and ``horizon``
-    are the inputs of ``chat_aware`` and ``horizon`` (None: not sent)."""
+    are the inputs of ``chat_aware`` and ``horizon`` (None: not sent); ``reason_key``: the
+    rejection's kind without its values (what the engine logs once)."""
 
     status: HintStatus
     input_end: int | None = None
@@ -39,6 +40,7 @@ class CheckpointHints:
     policy: str | None = None
     round_trip: float | None = None
     horizon: int | None = None
+    reason_key: str | None = None
 
 
 def encode_hints(
@@ -71,27 +73,31 @@ def decode_hints(
         return CheckpointHints(HintStatus.ABSENT)
     policy = extra_args.get(POLICY_KEY)
     if policy is not None and policy not in policies:
-        return _rejected(f"vllm_xargs.{POLICY_KEY}: {policy!r} is not one of {sorted(policies)}")
+        return _rejected(POLICY_KEY, f"{policy!r} is not one of {sorted(policies)}", "not allowed")
     input_end = extra_args[INPUT_END_KEY]
     prompt_end = extra_args.get(PROMPT_END_KEY, num_prompt_tokens)
     for key, value in ((INPUT_END_KEY, input_end), (PROMPT_END_KEY, prompt_end)):
         if type(value) is not int:
-            return _rejected(f"vllm_xargs.{key}: expected int, got {type(value).__name__}")
+            return _rejected(key, f"expected int, got {type(value).__name__}", "not an int")
     if prompt_end != num_prompt_tokens:
         return _rejected(
-            f"vllm_xargs.{PROMPT_END_KEY}: the hints were computed for {prompt_end} prompt tokens but the "
-            f"engine received {num_prompt_tokens} (truncated or re-rendered prompt)"
+            PROMPT_END_KEY,
+            f"the hints were computed for {prompt_end} prompt tokens but the engine received "
+            f"{num_prompt_tokens} (truncated or re-rendered prompt)",
+            "prompt length differs",
         )
     if not 0 < input_end <= num_prompt_tokens:
         return _rejected(
-            f"vllm_xargs.{INPUT_END_KEY}: {input_end} is outside the prompt (1..{num_prompt_tokens})"
+            INPUT_END_KEY, f"{input_end} is outside the prompt (1..{num_prompt_tokens})", "outside the prompt"
         )
     round_trip = extra_args.get(ROUND_TRIP_KEY)
     if round_trip is not None and (type(round_trip) not in (int, float) or not 0 <= round_trip <= 1):
-        return _rejected(f"vllm_xargs.{ROUND_TRIP_KEY}: expected a probability in [0, 1], got {round_trip!r}")
+        return _rejected(
+            ROUND_TRIP_KEY, f"expected a probability in [0, 1], got {round_trip!r}", "not a probability"
+        )
     horizon = extra_args.get(HORIZON_KEY)
     if horizon is not None and (type(horizon) is not int or horizon < 0):
-        return _rejected(f"vllm_xargs.{HORIZON_KEY}: expected a non-negative int, got {horizon!r}")
+        return _rejected(HORIZON_KEY, f"expected a non-negative int, got {horizon!r}", "not a position")
     return CheckpointHints(
         HintStatus.ACCEPTED,
         input_end=input_end,
@@ -101,5 +107,8 @@ def decode_hints(
     )
 
 
-def _rejected(reason: str) -> CheckpointHints:
-    return CheckpointHints(HintStatus.REJECTED, reason=reason)
+def _rejected(key: str, detail: str, kind: str) -> CheckpointHints:
+    """A rejection of ``vllm_xargs.<key>``: ``detail`` with the values, ``kind`` without."""
+    return CheckpointHints(
+        HintStatus.REJECTED, reason=f"vllm_xargs.{key}: {detail}", reason_key=f"{key}: {kind}"
+    )

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from vllm.config import CacheConfig, DeviceConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.config import CacheConfig, DeviceConfig, KVEventsConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -89,6 +89,7 @@ class EngineShape:
     mamba_state_shapes: tuple[tuple[int, ...], ...] = ((3, 512), (8, 64, 64))  # conv state, recurrent state
     attention_layers: int = 1
     exported_checkpoints: bool = False  # the kernels export the prompt checkpoint (GDN on FlashInfer)
+    kv_events: bool = False  # ``enable_kv_cache_events`` (published to the "null" publisher)
     settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]`` keys
 
 
@@ -408,6 +409,9 @@ def _vllm_config(shape: EngineShape, model_dir: Path) -> VllmConfig:
         cache_config=cache,
         scheduler_config=scheduler,
         device_config=DeviceConfig(device="cpu"),
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null")
+        if shape.kv_events
+        else None,
         additional_config={"boundary": {"policy": shape.policy.value, "log_interval_s": 0, **shape.settings}},
     )
     config.cache_config.num_gpu_blocks = shape.num_blocks

@@ -20,9 +20,11 @@ sub-block hits, P_end's unit-aligned tail (a partial entry). For a request that 
 
 Invariants: a kept state at position ``n`` is the state after exactly ``tokens[0:n]`` and is
 reachable only through the chained hash of those tokens, so it is never reused beyond that
-prefix; requests without hints are cached exactly as upstream. The ledger (key -> kinds) is
-pruned when vLLM evicts a key, and retained bytes are kept as running sums: every event costs
-O(1), however many states are held.
+prefix; requests without hints are cached exactly as upstream. The ledger
+(``boundary_vllm.ledger``: key and block -> kinds) is pruned when vLLM un-keys a block and
+emptied when vLLM resets its prefix cache; retained bytes are running sums: every event costs
+O(1), however many states are held. Whatever the plugin un-keys itself goes out as a
+``BlockRemoved`` KV event, as vLLM's own evictions do, so KV-aware routers see vLLM's hash table.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from boundary_vllm.pin import check_vllm, installed_vllm
 check_vllm(installed_vllm(), required=True)  # the engine side extends non-public vLLM classes
 
 import functools
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -44,7 +46,6 @@ from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.request import Request
 
 from boundary.retention_policy import (
-    SERVING_ORDER,
     Decision,
     DecodeStates,
     EngineGeometry,
@@ -58,7 +59,9 @@ from boundary.retention_policy import (
 )
 from boundary_vllm.compat import hash_lookahead_tokens, prefill_checkpoint_position
 from boundary_vllm.counters import MISS, UNTRACKED, CheckpointCounters
-from boundary_vllm.decode_end import committed_end
+from boundary_vllm.decode_end import request_d_end
+from boundary_vllm.ledger import Holder, Ledger, serving_kind
+from boundary_vllm.pool_keys import unkey
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,29 +73,22 @@ class MambaGroup:
 
 @dataclass(frozen=True, slots=True)
 class HeldState:
-    """One kept state block of one Mamba group, and the hash key it was kept under."""
+    """One kept state block of one Mamba group: the hash key it was kept under and its ledger
+    holder (whose ``block_id`` follows copy-on-write moves)."""
 
     group: MambaGroup
-    block: KVCacheBlock
     key: BlockHashWithGroupId
+    holder: Holder
 
     def current(self) -> KVCacheBlock | None:
-        """The block that answers to ``key`` now (a copy-on-write may have moved the entry)."""
-        return self.group.manager.block_pool.cached_block_hash_to_block.get_one_block(self.key)
+        """This state's block while it still answers to ``key`` (another request's block under
+        the same key is not this state)."""
+        pool = self.group.manager.block_pool
+        block_id = self.holder.block_id
+        return pool.blocks[block_id] if pool.cached_block_hash_to_block.contain(self.key, block_id) else None
 
     def is_held(self) -> bool:
         return self.current() is not None
-
-
-@dataclass(slots=True)
-class LedgerEntry:
-    """What a kept key stands for; ``counted``: its bytes are in the retained sums (a tentative
-    decode state is not, until finish keeps it)."""
-
-    kind: StateKind
-    kinds: tuple[StateKind, ...]
-    nbytes: int
-    counted: bool
 
 
 @dataclass(slots=True)
@@ -137,10 +133,6 @@ def holds_decode_states(variant: Variant, boundaries: RequestBoundaries, *, deco
         or (variant is Variant.CHAT_AWARE and (boundaries.round_trip or 0) > 0)
         or (variant is Variant.HORIZON and (boundaries.horizon or 0) >= boundaries.p_end)
     )
-
-
-def _serving(kinds: Sequence[StateKind]) -> StateKind:
-    return next(k for k in SERVING_ORDER if k in kinds)
 
 
 class CheckpointRetention:
@@ -192,9 +184,7 @@ class CheckpointRetention:
         self.decode_depth = 2 + int(use_eagle)  # how many recent decode boundaries stay held
         self.counters = counters
         self.plans: dict[str, RequestCheckpoints] = {}
-        self.ledger: OrderedDict[BlockHashWithGroupId, LedgerEntry] = OrderedDict()
-        self.ledger_capacity = ledger_capacity
-        self.retained: Counter[str] = Counter()
+        self.ledger = Ledger(ledger_capacity)
         self._first_group_id = self.groups[0].group_id
         for group in self.groups:
             upstream = group.manager.cache_blocks
@@ -203,11 +193,18 @@ class CheckpointRetention:
             for gid, manager in self.attention:
                 upstream = manager.cache_blocks
                 manager.cache_blocks = functools.partial(self._cache_attention_blocks, gid, manager, upstream)
+        self._moving = False
+        self._follow_pool()
+
+    def _follow_pool(self) -> None:
+        """Keep the ledger in step with the block pool: un-keyed blocks, copy-on-write moves,
+        and prefix-cache resets."""
         remove = self.pool._remove_cached_block_hashes
         self.pool._remove_cached_block_hashes = functools.partial(self._removed, remove)
         move = self.pool.move_block_hashes
         self.pool.move_block_hashes = functools.partial(self._moved, move)
-        self._moving = False
+        reset = self.pool.reset_prefix_cache
+        self.pool.reset_prefix_cache = functools.partial(self._reset, reset)
 
     # -- geometry --------------------------------------------------------------------------------
     def geometry(self, *, decode_states: bool) -> EngineGeometry:
@@ -256,13 +253,7 @@ class CheckpointRetention:
             return
         final = plan.admission
         if completed and request.sampling_params is not None:
-            end = committed_end(
-                request.num_prompt_tokens,
-                request.output_token_ids,
-                request.sampling_params.all_stop_token_ids,
-            )
-            d_end = max(min(end, request.num_tokens - 1), request.num_prompt_tokens)
-            final = decide(plan.variant, replace(plan.request, d_end=d_end), plan.geometry)
+            final = decide(plan.variant, replace(plan.request, d_end=request_d_end(request)), plan.geometry)
         kept_prefill = set(final.prefill_positions)
         for position, held in plan.prefill_states.items():
             if position not in kept_prefill:
@@ -277,12 +268,10 @@ class CheckpointRetention:
                 final.at(target).kinds if target is not None and final.at(target) else (StateKind.DECODE_END,)
             )
             for held in kept:
-                entry = self.ledger.get(held.key)
-                if entry is not None:
-                    entry.kinds, entry.kind = kinds, _serving(kinds)
-                self._count(held.key)
+                if self.ledger.holder(held.key, held.holder.block_id) is held.holder:
+                    self.ledger.keep(held.holder, kinds)
                 self.counters.record_created(
-                    _serving(kinds), held.group.state_bytes, new_checkpoint=held is kept[0]
+                    serving_kind(kinds), held.group.state_bytes, new_checkpoint=held is kept[0]
                 )
         elif kept:
             self._release(kept)
@@ -296,12 +285,17 @@ class CheckpointRetention:
         if num_hit_tokens % self.hash_block_size or index >= len(request.block_hashes):
             return UNTRACKED
         key = make_block_hash_with_group_id(request.block_hashes[index], self._first_group_id)
-        entry = self.ledger.get(key)
-        return UNTRACKED if entry is None else entry.kind
+        block = self.pool.cached_block_hash_to_block.get_one_block(key)  # the block the lookup answers
+        kind = self.ledger.kind(key, block.block_id if block is not None else None)
+        return UNTRACKED if kind is None else kind
 
     def retained_bytes(self) -> dict[str, int]:
         """Bytes of state currently kept, by kind: running sums, O(number of kinds)."""
-        return {kind: value for kind, value in self.retained.items() if value}
+        return self.ledger.retained_bytes()
+
+    def check_invariants(self) -> None:
+        """The ledger agrees with vLLM's hash table (tests call it after a run)."""
+        self.ledger.check(self.pool.cached_block_hash_to_block.contain)
 
     # -- the wrapped cache_blocks ----------------------------------------------------------------
     def _cache_blocks(
@@ -366,7 +360,7 @@ class CheckpointRetention:
         manager.num_cached_block[request.request_id] = min(
             manager.num_cached_block.get(request.request_id, 0), index
         )
-        self._keep_prefill(group, request, blocks[index], key, position, plan)
+        self._keep_prefill(group, blocks[index], key, position, plan)
 
     def _cache_attention_blocks(
         self,
@@ -435,12 +429,18 @@ class CheckpointRetention:
                 kinds.append(StateKind.REACTIVE)
             if kinds:
                 if plan is not None and StateKind.REACTIVE not in kinds:
-                    self._keep_prefill(group, request, block, block.block_hash, position, plan, tuple(kinds))
+                    self._keep_prefill(group, block, block.block_hash, position, plan, tuple(kinds))
                 else:
-                    self._record(group, block.block_hash, tuple(kinds))
+                    self._record(group, block, block.block_hash, tuple(kinds))
             elif plan is not None and plan.decode and position >= request.num_prompt_tokens:
-                self._remember(block.block_hash, (StateKind.DECODE_END,), group.state_bytes, counted=False)
-                self._hold_decode_state(plan, position, HeldState(group, block, block.block_hash))
+                holder = self.ledger.remember(
+                    block.block_hash,
+                    block.block_id,
+                    (StateKind.DECODE_END,),
+                    group.state_bytes,
+                    counted=False,
+                )
+                self._hold_decode_state(plan, position, HeldState(group, block.block_hash, holder))
 
     def _upstream_kind(self, request: Request, position: int) -> StateKind:
         if position == prompt_end_position(request.num_prompt_tokens, self.hit_unit):
@@ -470,45 +470,50 @@ class CheckpointRetention:
         key = make_block_hash_with_group_id(
             request.block_hashes[tail // self.hash_block_size - 1], group.group_id
         )
-        block = self.pool.cached_block_hash_to_block.get_one_block(key)
-        if block is None or key in self.ledger:
+        block = self._tail_block(group, request, key, tail)
+        if block is None or self.ledger.holder(key, block.block_id) is not None:
             return
         if plan is None:
-            self._record(group, key, (StateKind.PROMPT_END,))
+            self._record(group, block, key, (StateKind.PROMPT_END,))
         elif plan.kinds_at(tail):
-            self._keep_prefill(group, request, block, key, tail, plan)
+            self._keep_prefill(group, block, key, tail, plan)
         elif group.manager._producer_partial_tail_reqs.get(request.request_id, (None,))[0] is block:
             # not kept by this variant: un-key it and skip the copy-on-write that would save it
             # (``_partial_hit_reqs`` is what makes the next allocation take a copy page)
-            self._unkey(block, key)
+            self._unkey(block, key, request)
             manager = group.manager
             manager._producer_partial_tail_reqs.pop(request.request_id, None)
             if manager._partial_hit_reqs.get(request.request_id, (None, None))[1] is block:
                 del manager._partial_hit_reqs[request.request_id]
 
-    def _unkey(self, block: KVCacheBlock, key: BlockHashWithGroupId) -> None:
-        """Un-key ``key`` on ``block`` entirely: a block left holding the key as its own hash
-        would be freed to the cached end of the free queue although nothing finds it."""
-        self.pool.cached_block_hash_to_block.pop(key, block.block_id)
-        others = self.pool.cached_block_hashes_by_block.get(block.block_id)
-        if block.block_hash == key and not others:
-            self.pool.cached_block_hashes_by_block.pop(block.block_id, None)
-            block.reset_hash()
-        elif others is not None:
-            others.discard(key)
+    def _tail_block(
+        self, group: MambaGroup, request: Request, key: BlockHashWithGroupId, tail: int
+    ) -> KVCacheBlock | None:
+        """The block keyed at the prompt tail: the request's own where it answers to ``key``
+        (another request's block may answer to the same key), else any."""
+        blocks = group.manager.req_to_blocks.get(request.request_id, [])
+        index = tail // self.block_size
+        table = self.pool.cached_block_hash_to_block
+        if index < len(blocks) and table.contain(key, blocks[index].block_id):
+            return blocks[index]
+        return table.get_one_block(key)
+
+    def _unkey(self, block: KVCacheBlock, key: BlockHashWithGroupId, request: Request) -> None:
+        """Un-key ``key`` on ``block`` as vLLM un-keys an evicted block (``pool_keys.unkey``)."""
+        for removed in (key, *unkey(self.pool, block, key, request)):
+            self.ledger.drop(removed, block.block_id)
 
     def _keep_prefill(
         self,
         group: MambaGroup,
-        request: Request,
         block: KVCacheBlock,
         key: BlockHashWithGroupId,
         position: int,
         plan: RequestCheckpoints,
         kinds: tuple[StateKind, ...] | None = None,
     ) -> None:
-        self._record(group, key, kinds or plan.kinds_at(position))
-        plan.prefill_states.setdefault(position, []).append(HeldState(group, block, key))
+        holder = self._record(group, block, key, kinds or plan.kinds_at(position))
+        plan.prefill_states.setdefault(position, []).append(HeldState(group, key, holder))
 
     def _hold_decode_state(self, plan: RequestCheckpoints, position: int, held: HeldState) -> None:
         plan.decode_states.setdefault(position, []).append(held)
@@ -518,64 +523,56 @@ class CheckpointRetention:
             self._release(oldest)
 
     def _release(self, held: list[HeldState]) -> None:
+        """Un-key each state's own block (never another block under the same key)."""
         for state in held:
             block = state.current()
             if block is not None:
                 self.pool.evict_blocks({block.block_id})  # prunes the ledger through _removed
-            self._forget(state.key)
+            self.ledger.drop(state.key, state.holder.block_id)
 
     # -- the ledger ------------------------------------------------------------------------------
-    def _record(self, group: MambaGroup, key: BlockHashWithGroupId, kinds: tuple[StateKind, ...]) -> None:
-        """Attribute the state ``group`` keeps under ``key`` to ``kinds`` and count its bytes; the
+    def _record(
+        self, group: MambaGroup, block: KVCacheBlock, key: BlockHashWithGroupId, kinds: tuple[StateKind, ...]
+    ) -> Holder:
+        """Attribute the state ``block`` keeps under ``key`` to ``kinds`` and count its bytes; the
         checkpoint itself counts once, on the first Mamba group."""
-        self._remember(key, kinds, group.state_bytes, counted=True)
+        holder = self.ledger.remember(key, block.block_id, kinds, group.state_bytes, counted=True)
         self.counters.record_created(
-            _serving(kinds), group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
+            serving_kind(kinds), group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
         )
-
-    def _remember(
-        self, key: BlockHashWithGroupId, kinds: tuple[StateKind, ...], nbytes: int, *, counted: bool
-    ) -> None:
-        self._forget(key)
-        self.ledger[key] = LedgerEntry(_serving(kinds), kinds, nbytes, False)
-        if counted:
-            self._count(key)
-        while len(self.ledger) > self.ledger_capacity:
-            oldest = next(iter(self.ledger))
-            self._forget(oldest)
-
-    def _count(self, key: BlockHashWithGroupId) -> None:
-        entry = self.ledger.get(key)
-        if entry is not None and not entry.counted:
-            entry.counted = True
-            self.retained[entry.kind.value] += entry.nbytes
-
-    def _forget(self, key: BlockHashWithGroupId) -> None:
-        entry = self.ledger.pop(key, None)
-        if entry is not None and entry.counted:
-            self.retained[entry.kind.value] -= entry.nbytes
+        return holder
 
     def _removed(
         self, remove: Callable[[KVCacheBlock], list[BlockHashWithGroupId]], block: KVCacheBlock
     ) -> Any:
-        """vLLM un-keyed ``block`` (eviction, reuse, an explicit evict): prune the ledger of the
-        keys no block answers to any more."""
+        """vLLM un-keyed ``block`` (eviction, reuse, an explicit evict): it holds none of the
+        removed keys' states any more."""
         removed = remove(block)
-        if self._moving:
-            return removed  # re-pointed to a copy, not evicted
-        for key in removed:
-            if key in self.ledger and self.pool.cached_block_hash_to_block.get_one_block(key) is None:
-                self._forget(key)
+        if not self._moving:  # else re-pointed to a copy (``_moved``), not evicted
+            for key in removed:
+                self.ledger.drop(key, block.block_id)
         return removed
 
     def _moved(
         self, move: Callable[[KVCacheBlock, KVCacheBlock], None], src: KVCacheBlock, dst: KVCacheBlock
     ) -> None:
+        """A copy-on-write re-pointed ``src``'s keys to ``dst``: so do their holders."""
+        keys = [src.block_hash, *self.pool.cached_block_hashes_by_block.get(src.block_id, ())]
         self._moving = True
         try:
             move(src, dst)
         finally:
             self._moving = False
+        for key in keys:
+            if key is not None:
+                self.ledger.moved(key, src.block_id, dst.block_id)
+
+    def _reset(self, reset: Callable[[], bool]) -> bool:
+        """vLLM's ``reset_prefix_cache`` empties the hash table: the ledger goes with it."""
+        done = reset()
+        if done:
+            self.ledger.clear()
+        return done
 
 
 def install(

@@ -14,7 +14,9 @@ configured policy variant of ``boundary.retention_policy`` decides which states 
 - at finish the decision with D_end known may keep the aligned decode-end state, unless
   decode-side states cannot serve a later prefill here (then it is reported non-consumable).
 
-Requests without checkpoints are scheduled and cached exactly as upstream. Nothing in vLLM is
+Requests without checkpoints are scheduled and cached exactly as upstream. At construction the
+configuration is cross-checked (``engine_checks``): a scheduler class that does not match async
+scheduling, or speculative decoding unless opted in, is refused. Nothing in vLLM is
 edited: the split, admission, scheduling and finish hooks are overrides of the pinned 0.33.0
 ``Scheduler``, and retention wraps each Mamba manager's ``cache_blocks``.
 """
@@ -25,7 +27,9 @@ from boundary_vllm.pin import check_vllm, installed_vllm
 
 check_vllm(installed_vllm(), required=True)  # the engine side extends non-public vLLM classes
 
+import functools
 import time
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from vllm.logger import init_logger
@@ -36,10 +40,11 @@ from vllm.v1.request import Request, RequestStatus
 
 from boundary.retention_policy import RequestBoundaries, Variant
 from boundary_vllm.counters import CheckpointCounters, PrometheusExport
-from boundary_vllm.decode_end import DecodeEndAvailability, committed_end, decode_end_availability
+from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability, final_d_end
+from boundary_vllm.engine_checks import EngineFacts, check_engine
 from boundary_vllm.hints import SESSION_KEY, CheckpointHints, HintStatus, decode_hints
 from boundary_vllm.recording import FinishedRequest, TraceRecorder, recorder_from
-from boundary_vllm.retention import CheckpointRetention, install
+from boundary_vllm.retention import CheckpointRetention, RequestCheckpoints, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
 from boundary_vllm.settings import IntegrationSettings, Policy, read_settings
 
@@ -61,6 +66,11 @@ class BoundaryCheckpointsMixin:
         super().__init__(*args, **kwargs)
         self.boundary_settings = read_settings(self.vllm_config.additional_config)
         self.boundary_counters = CheckpointCounters()
+        self.boundary_metric_labels = {
+            "model_name": str(self.vllm_config.model_config.served_model_name),
+            "engine": str(self.vllm_config.parallel_config.data_parallel_index),
+        }
+        self._rejected_reasons: set[str] = set()
         self.decode_end = decode_end_availability(
             self.vllm_config.kv_transfer_config, decode_to_prefill=self.boundary_settings.decode_to_prefill
         )
@@ -73,6 +83,8 @@ class BoundaryCheckpointsMixin:
                 ledger_capacity=self.boundary_settings.ledger_capacity,
                 upstream_twin=self.boundary_settings.upstream_twin,
             )
+        for warning in check_engine(self._engine_facts(), self.boundary_settings):
+            logger.warning("boundary checkpoints: %s", warning)
         self._suffixes: GenerationSuffixes | None = None
         if self.boundary_settings.server_family and self.boundary_retention is not None:
             family = load_server_family(
@@ -103,6 +115,18 @@ class BoundaryCheckpointsMixin:
             self.decode_end.reason,
         )
 
+    def _engine_facts(self) -> EngineFacts:
+        speculative = self.vllm_config.speculative_config
+        retention = self.boundary_retention
+        return EngineFacts(
+            scheduler_class=f"{type(self).__module__}.{type(self).__qualname__}",
+            scheduler_is_async=isinstance(self, AsyncScheduler),
+            async_scheduling=bool(self.scheduler_config.async_scheduling),
+            speculative=None if speculative is None else str(speculative.method),
+            block_size=retention.block_size if retention is not None else None,
+            hit_unit=retention.hit_unit if retention is not None else None,
+        )
+
     def _inactive_reason(self) -> str | None:
         if not self.cache_config.enable_prefix_caching:
             return "prefix caching is off"
@@ -128,7 +152,7 @@ class BoundaryCheckpointsMixin:
                 hints, label = CheckpointHints(HintStatus.ACCEPTED, input_end=derived), DERIVED
         self.boundary_counters.hints[label] += 1
         if hints.status is HintStatus.REJECTED:
-            logger.warning("request %s: boundary hints ignored: %s", request.request_id, hints.reason)
+            self._warn_rejected(request.request_id, hints)
         if hints.status is not HintStatus.ACCEPTED:
             return
         variant = Variant(hints.policy) if hints.policy else self.boundary_settings.policy
@@ -142,6 +166,19 @@ class BoundaryCheckpointsMixin:
             boundaries,
             decode_states=self.decode_end.consumable
             and self.cache_config.prefix_cache_retention_interval == 0,
+        )
+
+    def _warn_rejected(self, request_id: str, hints: CheckpointHints) -> None:
+        """Log rejected hints once per distinct reason (every rejection is counted)."""
+        key = hints.reason_key or str(hints.reason)
+        if key in self._rejected_reasons:
+            return
+        self._rejected_reasons.add(key)
+        logger.warning(
+            "request %s: boundary hints ignored: %s (logged once per reason; every rejection is "
+            'counted in boundary_requests_total{hints="rejected"})',
+            request_id,
+            hints.reason,
         )
 
     def _get_local_prefix_cache_hit(self, request: Request, *args: Any):
@@ -200,26 +237,25 @@ class BoundaryCheckpointsMixin:
         return super()._free_request(request, delay_free_blocks)
 
     def _record(self, request: Request) -> None:
-        """Hand a completed request to the recorder: references only, serialized off-thread."""
+        """Hand a completed request to the recorder: references and ints only; the record is
+        assembled, validated and serialized on the writer thread (``_finished``)."""
         served = self._served.pop(request.request_id, None)
         params = request.sampling_params
         if request.status not in _COMPLETED or params is None or served is None:
             return
-        extra = params.extra_args or {}
         plan = self.boundary_retention.plan(request.request_id) if self.boundary_retention else None
         assert self.boundary_recorder is not None
         self.boundary_recorder.submit(
-            FinishedRequest(
-                session=str(extra.get(SESSION_KEY) or request.request_id),
-                prompt_token_ids=request.prompt_token_ids or (),
-                output_token_ids=request.output_token_ids,
-                u_end=plan.request.u_end if plan is not None else None,
-                d_end=committed_end(
-                    request.num_prompt_tokens, request.output_token_ids, params.all_stop_token_ids
-                ),
-                hit_tokens=served[0],
-                served=served[1],
-                policy=plan.variant.value if plan is not None else None,
+            functools.partial(
+                _finished,
+                request.request_id,
+                params.extra_args,
+                request.prompt_token_ids or (),
+                request.output_token_ids,
+                (request.num_prompt_tokens, request.num_tokens),
+                params.all_stop_token_ids,
+                plan,
+                served,
             )
         )
 
@@ -240,13 +276,41 @@ class BoundaryCheckpointsMixin:
             self._last_export = now
             self.boundary_counters.retained_bytes = self.boundary_retention.retained_bytes()
             _prometheus().add(
-                self.boundary_counters, self._exported, decode_end_consumable=self.decode_end.consumable
+                self.boundary_counters,
+                self._exported,
+                decode_end_consumable=self.decode_end.consumable,
+                labels=self.boundary_metric_labels,
             )
             self._exported = self.boundary_counters.snapshot()
         interval = self.boundary_settings.log_interval_s
         if interval and now - self._last_log >= interval:
             self._last_log = now
             logger.info("boundary %s", self.boundary_counters.summary())
+
+
+def _finished(
+    request_id: str,
+    extra_args: dict[str, Any] | None,
+    prompt_token_ids: Sequence[int],
+    output_token_ids: Sequence[int],
+    lengths: tuple[int, int],
+    stop_token_ids: Collection[int],
+    plan: RequestCheckpoints | None,
+    served: tuple[int, str],
+) -> FinishedRequest:
+    """The record of a finished request (built on the recorder's thread); ``lengths``: its
+    prompt and total token counts at finish."""
+    num_prompt_tokens, num_tokens = lengths
+    return FinishedRequest(
+        session=str((extra_args or {}).get(SESSION_KEY) or request_id),
+        prompt_token_ids=prompt_token_ids,
+        output_token_ids=output_token_ids,
+        u_end=plan.request.u_end if plan is not None else None,
+        d_end=final_d_end(num_prompt_tokens, output_token_ids, stop_token_ids, num_tokens),
+        hit_tokens=served[0],
+        served=served[1],
+        policy=plan.variant.value if plan is not None else None,
+    )
 
 
 _EXPORT: PrometheusExport | None = None

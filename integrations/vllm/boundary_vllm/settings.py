@@ -60,6 +60,10 @@ class IntegrationSettings(BaseModel):
         default=False,
         description="Requests may pick their own policy in vllm_xargs.boundary_policy (A/B runs).",
     )
+    allow_speculative_decoding: bool = Field(
+        default=False,
+        description="Run with speculative decoding, unverified with boundary checkpoints (else refused).",
+    )
     log_interval_s: float = Field(default=30.0, ge=0)
     ledger_capacity: int = Field(default=65536, ge=1, description="How many retained states are attributed.")
     record_path: str | None = Field(

@@ -1,0 +1,75 @@
+"""Configuration cross-checks when a boundary scheduler is built: a configuration the plugin
+would run wrongly under is refused with the fix named; one under which it cannot help is logged.
+
+- The scheduler class must match ``scheduler_config.async_scheduling``: the async class feeds
+  output placeholders the sync engine loop never resolves, and the reverse.
+- Speculative decoding is refused unless ``allow_speculative_decoding`` opts in: the plugin's
+  decode-side states and the worker's state moves after a verify step were never checked
+  (accepted, it is logged as unverified).
+- ``prefix_match_unit`` equal to the align-mode block: no sub-block state can be hit, and U_end
+  floors to P_end's block in almost every turn, so the plugin changes next to nothing.
+
+This module never imports vLLM: the scheduler hands it the facts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from boundary_vllm.settings import IntegrationSettings
+
+
+class ConfigurationError(ValueError):
+    """The engine's configuration and the boundary scheduler disagree; the message says what
+    to change."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineFacts:
+    """What the checks read from vLLM's config. ``speculative``: the speculative method (None:
+    off); ``block_size`` / ``hit_unit``: the align-mode block and ``prefix_match_unit`` where
+    the plugin is active (None: inactive, it behaves as upstream)."""
+
+    scheduler_class: str
+    scheduler_is_async: bool
+    async_scheduling: bool
+    speculative: str | None = None
+    block_size: int | None = None
+    hit_unit: int | None = None
+
+
+def check_engine(facts: EngineFacts, settings: IntegrationSettings) -> list[str]:
+    """Raise ``ConfigurationError`` for a configuration the plugin cannot run under; return
+    the warnings to log for one it runs under without effect or unverified."""
+    if facts.scheduler_is_async and not facts.async_scheduling:
+        raise ConfigurationError(
+            f"--scheduler-cls {facts.scheduler_class} needs async scheduling, which is off "
+            "(--no-async-scheduling): use boundary_vllm.scheduler.BoundaryScheduler"
+        )
+    if not facts.scheduler_is_async and facts.async_scheduling:
+        raise ConfigurationError(
+            f"--scheduler-cls {facts.scheduler_class} is the synchronous scheduler but async "
+            "scheduling is on: use boundary_vllm.scheduler.AsyncBoundaryScheduler (or pass "
+            "--no-async-scheduling)"
+        )
+    warnings: list[str] = []
+    if facts.block_size is None:
+        return warnings
+    if facts.speculative is not None:
+        if not settings.allow_speculative_decoding:
+            raise ConfigurationError(
+                f"speculative decoding ({facts.speculative}) with boundary checkpoints is unverified: "
+                "turn it off, or set additional_config.boundary.allow_speculative_decoding to run "
+                "the two together unverified"
+            )
+        warnings.append(
+            f"speculative decoding ({facts.speculative}) is on: boundary's decode-side checkpoints "
+            "and the recurrent-state moves after a verify step are unverified"
+        )
+    if facts.hit_unit == facts.block_size:
+        warnings.append(
+            f"prefix_match_unit equals the block size ({facts.block_size}): no state inside a block "
+            "can be hit, so U_end floors to P_end's block in almost every turn and the policy "
+            "changes next to nothing; set --prefix-match-unit 16 (or another divisor of the block)"
+        )
+    return warnings

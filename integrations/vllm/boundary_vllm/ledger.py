@@ -1,0 +1,153 @@
+"""The retention ledger: which kinds each kept recurrent state stands for, per hash key and per
+block that holds a state under it.
+
+Two requests may keep a state under one chained hash (a greedy regenerate, ``n`` identical
+prompts): vLLM's hash table then maps the key to several blocks. The ledger keeps one
+``Holder`` per (key, block), so a request releases its own block and never another request's
+kept state, and a hit is attributed through the block vLLM's lookup answers with.
+
+Invariants (``check`` verifies them against vLLM's hash table): every holder's block answers
+to its key; ``retained`` is the bytes of the counted holders, by kind; at most ``capacity``
+keys are attributed (the oldest key is forgotten first). Every operation is O(1) in the number
+of kept states.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from boundary.retention_policy import SERVING_ORDER, StateKind
+
+Key = Any  # vLLM's ``BlockHashWithGroupId`` (this module does not import vLLM)
+
+
+def serving_kind(kinds: tuple[StateKind, ...]) -> StateKind:
+    """The kind a hit on a state standing for ``kinds`` is credited to."""
+    return next(k for k in SERVING_ORDER if k in kinds)
+
+
+@dataclass(slots=True)
+class Holder:
+    """One block keeping a state under a ledger key. ``block_id`` follows vLLM's copy-on-write
+    moves; ``counted``: its bytes are in the retained sums (a tentative decode state is not,
+    until finish keeps it)."""
+
+    block_id: int
+    kinds: tuple[StateKind, ...]
+    nbytes: int
+    counted: bool = False
+
+    @property
+    def kind(self) -> StateKind:
+        return serving_kind(self.kinds)
+
+
+class Ledger:
+    """Holders by key (oldest key first) and the running retained sums by kind."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[Key, dict[int, Holder]] = OrderedDict()
+        self.retained: Counter[str] = Counter()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._entries
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self._entries)
+
+    def holders(self, key: Key) -> tuple[Holder, ...]:
+        return tuple(self._entries.get(key, {}).values())
+
+    def holder(self, key: Key, block_id: int) -> Holder | None:
+        return self._entries.get(key, {}).get(block_id)
+
+    def remember(
+        self, key: Key, block_id: int, kinds: tuple[StateKind, ...], nbytes: int, *, counted: bool
+    ) -> Holder:
+        """Attribute the state ``block_id`` holds under ``key`` to ``kinds`` (replacing what the
+        ledger said about that block under that key); the key becomes the newest."""
+        self.drop(key, block_id)
+        holder = Holder(block_id, kinds, nbytes)
+        self._entries.setdefault(key, {})[block_id] = holder
+        self._entries.move_to_end(key)
+        if counted:
+            self.count(holder)
+        while len(self._entries) > self.capacity:
+            self.forget(next(iter(self._entries)))
+        return holder
+
+    def count(self, holder: Holder) -> None:
+        if not holder.counted:
+            holder.counted = True
+            self.retained[holder.kind.value] += holder.nbytes
+
+    def keep(self, holder: Holder, kinds: tuple[StateKind, ...]) -> None:
+        """Relabel ``holder`` (a finish decision names what it stands for) and count it."""
+        self._uncount(holder)
+        holder.kinds = kinds
+        self.count(holder)
+
+    def drop(self, key: Key, block_id: int) -> Holder | None:
+        """``block_id`` no longer holds a state under ``key``."""
+        holders = self._entries.get(key)
+        holder = holders.pop(block_id, None) if holders is not None else None
+        if holder is not None:
+            self._uncount(holder)
+        if holders is not None and not holders:
+            del self._entries[key]
+        return holder
+
+    def forget(self, key: Key) -> None:
+        for holder in self._entries.pop(key, {}).values():
+            self._uncount(holder)
+
+    def moved(self, key: Key, src: int, dst: int) -> None:
+        """vLLM re-pointed ``key`` from block ``src`` to its copy ``dst``."""
+        holders = self._entries.get(key)
+        holder = holders.pop(src, None) if holders is not None else None
+        if holder is not None and holders is not None:
+            holder.block_id = dst
+            holders[dst] = holder
+
+    def clear(self) -> None:
+        """vLLM emptied its hash table (``reset_prefix_cache``): nothing is held any more."""
+        self._entries.clear()
+        self.retained.clear()
+
+    def kind(self, key: Key, block_id: int | None) -> StateKind | None:
+        """The kind a hit served by ``block_id`` under ``key`` is credited to (any holder's
+        when the block is not one the ledger knows); None: not attributed."""
+        holders = self._entries.get(key)
+        if not holders:
+            return None
+        holder = holders.get(block_id) if block_id is not None else None
+        return (holder or next(iter(holders.values()))).kind
+
+    def retained_bytes(self) -> dict[str, int]:
+        """Bytes of state currently kept, by kind: running sums, O(number of kinds)."""
+        return {kind: value for kind, value in self.retained.items() if value}
+
+    def check(self, contains: Any) -> None:
+        """Assert the invariants; ``contains(key, block_id)`` is vLLM's hash-table lookup."""
+        sums: Counter[str] = Counter()
+        for key, holders in self._entries.items():
+            assert holders, f"an empty entry for {key!r}"
+            for block_id, holder in holders.items():
+                assert holder.block_id == block_id, (key, block_id, holder)
+                assert contains(key, block_id), f"block {block_id} no longer answers to {key!r}"
+                if holder.counted:
+                    sums[holder.kind.value] += holder.nbytes
+        assert len(self._entries) <= self.capacity
+        assert self.retained_bytes() == {k: v for k, v in sums.items() if v}, (self.retained, sums)
+
+    def _uncount(self, holder: Holder) -> None:
+        if holder.counted:
+            holder.counted = False
+            self.retained[holder.kind.value] -= holder.nbytes

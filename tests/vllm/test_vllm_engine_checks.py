@@ -1,0 +1,124 @@
+"""Configuration cross-checks when vLLM builds a boundary scheduler, and what the plugin logs:
+vLLM 0.33.0's real scheduler classes, built as ``--scheduler-cls`` builds them."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
+
+from boundary_vllm.engine_checks import ConfigurationError
+from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
+from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
+from boundary_vllm.settings import Policy
+from vllm.config import SpeculativeConfig
+from vllm.v1.structured_output import StructuredOutputManager
+
+from tests.vllm.streams import turn
+
+pytestmark = pytest.mark.vllm
+
+
+@pytest.fixture
+def warnings() -> Iterator[list[str]]:
+    """The plugin's log lines (its logger sits under vLLM's, which does not propagate)."""
+    lines: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: lines.append(record.getMessage())
+    logger = logging.getLogger("vllm.boundary_vllm.scheduler")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def build(cls: type, run: Replay):
+    """Another scheduler of class ``cls`` over ``run``'s configuration."""
+    return cls(
+        vllm_config=run.vllm_config,
+        kv_cache_config=run.kv_cache_config,
+        structured_output_manager=StructuredOutputManager(run.vllm_config),
+        block_size=run.shape.block_size,
+        hash_block_size=run.hash_block_size,
+        log_stats=True,
+    )
+
+
+def test_the_async_class_without_async_scheduling_is_refused_and_the_reverse():
+    sync = Replay(EngineShape(async_scheduling=False))
+    with pytest.raises(
+        ConfigurationError, match=r"async scheduling, which is off .*scheduler\.BoundaryScheduler$"
+    ):
+        build(AsyncBoundaryScheduler, sync)
+    asynchronous = Replay(EngineShape(async_scheduling=True))
+    with pytest.raises(ConfigurationError, match=r"async scheduling is on: use .*AsyncBoundaryScheduler"):
+        build(BoundaryScheduler, asynchronous)
+
+
+def ngram(run: Replay) -> SpeculativeConfig:
+    config = run.vllm_config
+    return SpeculativeConfig(
+        method="ngram",
+        num_speculative_tokens=2,
+        prompt_lookup_max=3,
+        prompt_lookup_min=2,
+        target_model_config=config.model_config,
+        target_parallel_config=config.parallel_config,
+    )
+
+
+def test_speculative_decoding_is_refused_unless_the_settings_opt_in(warnings):
+    run = Replay(EngineShape())
+    run.vllm_config.speculative_config = ngram(run)
+    with pytest.raises(ConfigurationError, match=r"speculative decoding \(ngram\) .* unverified"):
+        build(BoundaryScheduler, run)
+
+    allowed = Replay(EngineShape(settings={"allow_speculative_decoding": True}))
+    allowed.vllm_config.speculative_config = ngram(allowed)
+    scheduler = build(BoundaryScheduler, allowed)
+    assert scheduler.boundary_retention is not None
+    assert any("speculative decoding (ngram) is on" in line and "unverified" in line for line in warnings)
+
+
+def test_a_prefix_match_unit_equal_to_the_block_is_warned_about(warnings):
+    Replay(EngineShape(block_size=64))
+    assert any("prefix_match_unit equals the block size (64)" in line for line in warnings)
+    warnings.clear()
+    Replay(EngineShape(block_size=64, prefix_match_unit=16))
+    assert not any("prefix_match_unit" in line for line in warnings)
+
+
+def test_rejected_hints_are_logged_once_per_reason_and_all_counted(warnings):
+    run = Replay(EngineShape(policy=Policy.BOTH))
+    a = turn(11, 2)
+    for shift in (3, 7, 11):  # three re-rendered prompts: one reason, three requests
+        request = run.request(ReplayRequest.from_turn(a))
+        request.sampling_params.extra_args["boundary_prompt_end"] = a.prompt.p_end + shift
+        run.scheduler.add_request(request)
+    outside = run.request(ReplayRequest.from_turn(a))
+    outside.sampling_params.extra_args["boundary_input_end"] = a.prompt.p_end + 5
+    run.scheduler.add_request(outside)
+    logged = [line for line in warnings if "boundary hints ignored" in line]
+    assert len(logged) == 2
+    assert "boundary_prompt_end" in logged[0] and "boundary_input_end" in logged[1]
+    assert run.scheduler.boundary_counters.hints["rejected"] == 4
+
+
+def test_the_metrics_carry_vllms_model_name_and_engine_labels():
+    from prometheus_client import REGISTRY
+
+    run = Replay(EngineShape(policy=Policy.INPUT_END))
+    run.run_all([ReplayRequest.from_turn(turn(11, 2)), ReplayRequest.from_turn(turn(11, 4))])
+    run.counters  # noqa: B018  (a report pushes the latest counts)
+    labels = run.scheduler.boundary_metric_labels
+    assert labels == {"model_name": run.vllm_config.model_config.served_model_name, "engine": "0"}
+    hits = REGISTRY.get_sample_value("boundary_prefix_hits_total", {**labels, "kind": "input_end"})
+    assert hits == 1
+    assert REGISTRY.get_sample_value("boundary_decode_end_consumable", labels) == 1
