@@ -94,8 +94,10 @@ def test_d_end_serves_a_tool_loop_continuation_whose_output_round_trips(engine):
     """The model is made to write the turn exactly as the template re-renders it (a logits
     processor forces the turn's token ids), so the committed output is a prefix of the request
     that follows the tool result; its state sits at the block boundary the decode crossed."""
-    call, after = turns(17, 10)[3:5]  # assistant message 8 (a tool call), then message 10
-    assert call.index == 8 and call.next_role == "tool"
+    ts = turns(17, 14)
+    k = next(k for k, t in enumerate(ts) if t.index == 8)
+    call, after = ts[k], ts[k + 1]  # assistant message 8 (a tool call), then the next turn
+    assert call.next_role == "tool"
     session = requests([call, after], forced=True)
     p_end = call.prompt.p_end
     d_end = p_end + len(call.output.token_ids) - 1  # the stop token is not committed

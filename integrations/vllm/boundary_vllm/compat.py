@@ -8,7 +8,9 @@ differ only in hash lookahead, which 0.33.0 added for multi-token drafters:
 - 0.33.0's scheduler has ``num_hash_lookahead_tokens`` and passes it to
   ``get_mamba_prefill_checkpoint_position``; 0.32.0 has neither (its value is 0 in effect);
 - 0.33.0's ``_get_local_prefix_cache_hit`` takes ``max_cache_hit_length``; the plugin's override
-  passes whatever it is given through, so it needs no switch here.
+  passes whatever it is given through, so it needs no switch here;
+- the CPU build turns async scheduling off whatever is asked (``CpuPlatform``), so an engine on
+  it runs ``BoundaryScheduler``, and async ordering is covered only by the hand-driven replay.
 
 Importing this module checks the installed build (``boundary_vllm.pin``) and raises
 ``VllmVersionError`` for any other.
@@ -21,6 +23,7 @@ from boundary_vllm.pin import VLLM_VERSION, check_vllm, installed_vllm
 BUILD = check_vllm(installed_vllm(), required=True)
 assert BUILD is not None
 HASH_LOOKAHEAD = BUILD.release == VLLM_VERSION  # 0.33.0: hash lookahead tokens exist
+ASYNC_SCHEDULING = not BUILD.is_cpu_build  # the CPU build forces it off
 
 from typing import Any
 

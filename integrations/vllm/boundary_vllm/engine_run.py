@@ -41,6 +41,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
+from boundary_vllm.compat import ASYNC_SCHEDULING
 from boundary_vllm.hints import SESSION_KEY, encode_hints
 from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
 
@@ -224,7 +225,7 @@ class EngineShape:
     policy: str = "both"
     prefix_caching: bool = True
     plugin: bool = True
-    async_scheduling: bool = True
+    async_scheduling: bool = ASYNC_SCHEDULING  # the CPU build has none
     num_blocks: int | None = None  # a pool this small evicts
     max_num_seqs: int = 4
     max_num_batched_tokens: int = 2048
