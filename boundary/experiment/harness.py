@@ -20,8 +20,12 @@ from boundary.cache.accounting import CacheGeometry, ModelDescription, geometry_
 from boundary.cache.hybrid import CacheConfig
 from boundary.cache.retention import engine_geometry
 from boundary.experiment.cost import PrefillCostModel
-from boundary.experiment.metrics import incremental, run_metrics, slice_summary
-from boundary.experiment.plan import second_checkpoint_verdict
+from boundary.experiment.metrics import run_metrics, slice_summary
+from boundary.experiment.plan import (
+    incremental_hit_rate,
+    logical_candidates_on_one_state,
+    second_checkpoint_verdict,
+)
 from boundary.experiment.policies import ORACLE, POLICIES, policy
 from boundary.experiment.replay import (
     BudgetMode,
@@ -67,6 +71,7 @@ class UnitResult(BaseModel):
     checkpoint_budget_bytes: float
     oracle: dict[str, Any]
     runs: list[dict[str, Any]]
+    logical_candidates_on_one_state: dict[str, Any] = Field(default_factory=dict)
     load_sweep: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -81,6 +86,7 @@ class ExperimentResult(BaseModel):
     cost_model: dict[str, Any]
     config: dict[str, Any]
     units: list[UnitResult]
+    unit1_oracle: dict[str, int] = Field(default_factory=dict)
 
     def run(self, policy: str, budget: str, unit: int | None = None) -> dict[str, Any]:
         block = self.units[0] if unit is None else next(u for u in self.units if u.unit == unit)
@@ -161,6 +167,10 @@ def run_experiment(
         )
         for unit in config.units
     ]
+    finest = unit1_oracle_tokens(stream, units)
+    for u in units:
+        for metrics in (*u.runs, u.oracle):
+            metrics["reused_over_unit1_oracle"] = over_unit1_oracle(metrics, finest)
     if config.load_concurrency and config.load_capacity_gib:
         first = config.units[0] or minimum_block_size(model)
         units[0].load_sweep = load_sweep(
@@ -186,7 +196,36 @@ def run_experiment(
         cost_model=cost.describe(),
         config=config.model_dump(mode="json"),
         units=units,
+        unit1_oracle=finest,
     )
+
+
+SLICES = ("hit_rate", "first_continuation", "steady_state")
+
+
+def unit1_oracle_tokens(stream: Stream, units: list[UnitResult]) -> dict[str, int]:
+    """The unit-1 oracle's reusable tokens per slice (``SLICES``): from the unit-1 result when
+    one ran, else replayed here. Every coarser unit's reuse is also a share of these."""
+    done = next((u for u in units if u.unit == 1), None)
+    if done is not None:
+        return {s: done.oracle[s]["oracle_tokens"] for s in SLICES}
+    requests = cache_requests(stream, 1)
+    hits = replay_oracle(requests, 1, event_order(requests))
+    turns = [r.turn for r in stream.requests]
+    return {
+        "hit_rate": sum(hits),
+        "first_continuation": sum(h for h, t in zip(hits, turns, strict=True) if t == 1),
+        "steady_state": sum(h for h, t in zip(hits, turns, strict=True) if t >= 2),
+    }
+
+
+def over_unit1_oracle(metrics: dict[str, Any], finest: dict[str, int]) -> dict[str, float | None]:
+    """A run's (or an oracle's) reused tokens per slice over the unit-1 oracle's."""
+    out: dict[str, float | None] = {}
+    for s in SLICES:
+        reused, total = metrics[s]["reused_tokens"], finest[s]
+        out[s] = reused / total if total else None
+    return out
 
 
 def _describe(model: ModelDescription) -> dict[str, Any]:
@@ -262,6 +301,9 @@ def run_unit(
         checkpoint_budget_bytes=budget_bytes,
         oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost)),
         runs=metrics,
+        logical_candidates_on_one_state=logical_candidates_on_one_state(
+            stream.requests, engine_geometry(geometry, decode_states)
+        ),
     )
 
 
@@ -284,28 +326,32 @@ def _budget_runs(
     say: Progress,
     runs: dict[tuple[str, str], Run],
 ) -> list[dict[str, Any]]:
-    """Every policy under one budget mode (main_sparse first: the others' baseline); each run
-    lands in ``runs`` by ``(budget, policy)``."""
-    metrics = []
-    baseline_here = baseline
-    for name in ["main_sparse", *[p for p in names if p != "main_sparse"]]:
+    """Every policy under one budget mode, replayed first (main_sparse, the others' baseline,
+    then decode_end, Q4's counterfactual), then measured in ``names`` order; each run lands in
+    ``runs`` by ``(budget, policy)``."""
+    splits: dict[str, Run | None] = {}
+    order = ["main_sparse", "decode_end", *names]
+    for name in dict.fromkeys(n for n in order if n in names or n == "main_sparse"):
         if name == "main_sparse" and budget is BudgetMode.EQUAL_CAPACITY:
             result = baseline
         else:
             say(f"  {name} / {budget.value}")
             result = run(name, cache_config, budget)
-        if name == "main_sparse":
-            baseline_here = result
-        split = run(name, replace(cache_config, output_reuse=False), budget) if disaggregation else None
-        if name in names:
-            metrics.append(run_metrics(result, baseline_here, split))
+        splits[name] = (
+            run(name, replace(cache_config, output_reuse=False), budget) if disaggregation else None
+        )
         runs[(budget.value, name)] = result
-    return metrics
+    here, decode_only = runs[(budget.value, "main_sparse")], runs.get((budget.value, "decode_end"))
+    return [
+        run_metrics(runs[(budget.value, name)], here, splits[name], decode_only=decode_only) for name in names
+    ]
 
 
 def _add_incremental(metrics: list[dict[str, Any]], runs: dict[tuple[str, str], Run], budget: str) -> None:
     """``both``'s second checkpoint against each single endpoint: the incremental hit rate
-    and saved work, and the plan's Q10 verdict (saved work minus work lost to its evictions)."""
+    (tokens the checkpoint the single policy lacks served, over the oracle's), the saved work
+    (``both``'s avoided FLOPs minus the single policy's: FLOPs add up, ratios do not) and
+    the plan's Q10 verdict (saved work minus work lost to its evictions)."""
     by_name = {m["policy"]: m for m in metrics}
     if "both" not in by_name:
         return
@@ -313,11 +359,14 @@ def _add_incremental(metrics: list[dict[str, Any]], runs: dict[tuple[str, str], 
     both["incremental_hit_rate"] = {}
     both["incremental_saved_work"] = {}
     both["second_checkpoint_verdict"] = {}
+    added = {"input_end": "decode_end", "decode_end": "input_end"}
     for single in ("input_end", "decode_end"):
         if single in by_name:
-            delta = incremental(both, by_name[single])
-            both["incremental_hit_rate"][f"over_{single}"] = delta["reused_over_oracle"]
-            both["incremental_saved_work"][f"over_{single}"] = delta["saved_work_flops"]
+            records = runs[(budget, "both")].records
+            both["incremental_hit_rate"][f"over_{single}"] = incremental_hit_rate(records, added[single])
+            both["incremental_saved_work"][f"over_{single}"] = (
+                both["avoided_prefill_flops"] - by_name[single]["avoided_prefill_flops"]
+            )
             both["second_checkpoint_verdict"][f"over_{single}"] = second_checkpoint_verdict(
                 runs[(budget, "both")], runs[(budget, single)]
             )

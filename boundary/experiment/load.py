@@ -20,6 +20,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from boundary.experiment.aggregate import percentile as _percentile
 from boundary.experiment.replay import RequestRecord
 
 
@@ -72,12 +73,3 @@ def prefill_queue(records: Sequence[RequestRecord]) -> QueueResult:
         request_throughput=len(ordered) / span if span > 0 else None,
         input_token_throughput=tokens / span if span > 0 else None,
     )
-
-
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)

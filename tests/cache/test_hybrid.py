@@ -186,8 +186,28 @@ def test_candidates_that_floor_to_one_position_make_one_state(make_cache):
     replay = Replay(make_cache())
     prompt = SYSTEM + seq(1, 12)  # n = 28: U_end 26 and P_end's twin (27 -> 24) both floor to 24
     admission = replay.run(prompt, [7], "input_end", u_end=26)
-    assert admission.plan.candidates == 2 and admission.plan.collapsed == 1
+    # U_end on the twin is counted apart from the policy's own candidates sharing a state
+    plan = admission.plan
+    assert (plan.candidates, plan.collapsed, plan.on_twin, plan.junction_on_kept) == (2, 0, 1, 0)
     assert [(s.position, s.labels) for s in admission.created] == [(24, ("input_end", "prompt_end_block"))]
+
+
+def test_a_junction_on_a_state_the_policy_keeps_is_counted_as_a_collision(make_cache):
+    """Block 8, unit 8. The first request (28 tokens) caches blocks [0, 8) and [8, 16) and keeps
+    P_end at floor(27 / 8) * 8 = 24. The second shares the 16 system tokens, then diverges:
+    n = 20, attention matches 16, no state at or below 16, so joint 0 and the junction is 16.
+    Its own P_end anchor 19 floors to 16, the twin too: one keep at 16 (prompt_end + twin), and
+    the junction lands on it. Candidates: P_end, twin, junction = 3; P_end on the twin = 1;
+    the junction on a kept state = 1; nothing else collapses."""
+    replay = Replay(make_cache())
+    replay.run(SYSTEM + seq(1, 12), [7], "main_sparse")
+    second = replay.run(SYSTEM + seq(300, 4), [7], "main_sparse")
+    assert (second.hit.joint, second.hit.junction) == (0, 16)
+    plan = second.plan
+    assert (plan.candidates, plan.collapsed, plan.on_twin, plan.junction_on_kept) == (3, 0, 1, 1)
+    assert [(s.position, s.labels) for s in second.created] == [
+        (16, ("prompt_end", "prompt_end_block", "reactive"))
+    ]
 
 
 def test_a_policy_state_inside_a_block_forces_a_scheduler_split(make_cache):

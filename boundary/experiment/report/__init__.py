@@ -79,6 +79,8 @@ def _cost(unit: UnitResult) -> list[str]:
             gib(r["snapshot_bytes"]),
             gib(r["materialization_bytes"]),
             tokens(r["duplicate_candidates"]),
+            tokens(r["candidates_on_twin"]),
+            tokens(r["junctions_on_kept_states"]),
         ]
         for r in runs_under(unit, EQUAL_CAPACITY) or unit.runs
     ]
@@ -87,7 +89,9 @@ def _cost(unit: UnitResult) -> list[str]:
         "extra scheduler steps (forced splits)",
         "snapshot bytes",
         "materialization bytes (sub-block copy-on-write)",
-        "duplicate candidates",
+        "duplicate candidates (its own, on one state)",
+        "candidates on P_end's block twin",
+        "junctions on a kept state",
     ]
     return [f"### Checkpoint cost — unit {unit.unit}", "", *table(header, rows), ""]
 

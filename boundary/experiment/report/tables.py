@@ -25,6 +25,7 @@ def side_by_side(unit: UnitResult) -> list[str]:
         "policy",
         "budget",
         "reused / oracle",
+        "reused / unit-1 oracle",
         "hit rate",
         "1st cont. reused / oracle",
         "1st cont. own-session hits",
@@ -44,6 +45,7 @@ def side_by_side(unit: UnitResult) -> list[str]:
             "`oracle`",
             "infinite",
             pct(o["hit_rate"]["reused_over_oracle"]),
+            pct(o.get("reused_over_unit1_oracle", {}).get("hit_rate")),
             pct(o["hit_rate"]["hit_rate"]),
             pct(o["first_continuation"]["reused_over_oracle"]),
             DASH,
@@ -69,6 +71,7 @@ def _side_row(r: dict[str, Any]) -> list[str]:
         f"`{r['policy']}`",
         r["budget"],
         pct(r["hit_rate"]["reused_over_oracle"]),
+        pct(r.get("reused_over_unit1_oracle", {}).get("hit_rate")),
         pct(r["hit_rate"]["hit_rate"]),
         pct(r["first_continuation"]["reused_over_oracle"]),
         pct(r["first_continuation"]["session_hit_rate"]),
@@ -213,14 +216,17 @@ def questions_by_unit(result: ExperimentResult, budget: str = EQUAL_CAPACITY) ->
         "Q2 D_end hit rate",
         "Q3 tool share of D_end hits",
         "Q4 U_end fallback",
-        "Q5 U_end served / P_end + twin unreachable · / P_end alone unreachable",
+        "Q5 U_end avoided / main_sparse missed / P_end's state not a prefix",
         "Q6 after junction: requests · extra tokens",
         "Q7 extra tokens vs main_sparse",
         "Q8 avoided prefill",
         "Q12 steady reused / oracle",
+        "Q13 U_end and P_end on one state",
     ]
     rows = []
     for u in sorted(result.units, key=lambda u: u.unit):
+        c = u.logical_candidates_on_one_state
+        shared = pct(c["u_end_p_end"] / c["requests"] if c.get("requests") else None)
         for r in (r for r in u.runs if r["budget"] == budget):
             by = r["decode_end_hits_by_continuation"]
             hits = sum(by.values())
@@ -237,13 +243,12 @@ def questions_by_unit(result: ExperimentResult, budget: str = EQUAL_CAPACITY) ->
                     pct(r["decode_end_hit_rate"]),
                     pct(by.get("tool", 0) / hits if hits else None),
                     f"{pct(fb['rate'])} of {fb['requests']:,}",
-                    f"{up['input_end_served']:,} / {up['requests']:,} · "
-                    f"{up['prompt_end_position_unreachable']['input_end_served']:,} / "
-                    f"{up['prompt_end_position_unreachable']['requests']:,}",
+                    f"{up['avoided']:,} / {up['main_sparse_missed']:,} / {up['requests']:,}",
                     f"{j['requests']:,} · {signed(j['additional_matched_tokens_vs_main_sparse'])}",
                     signed(r["additional_matched_tokens_vs_main_sparse"]),
                     pct(r["avoided_prefill_fraction"]),
                     pct(r["steady_state"]["reused_over_oracle"]),
+                    shared,
                 ]
             )
     return table(header, rows)
