@@ -46,6 +46,11 @@ def test_the_command_writes_json_a_report_answering_thirteen_questions_and_plots
     report = (out / "r.md").read_text()
     assert "boundary experiment --workload synthetic --family qwen3_5" in report
     assert all(f"**{n}." in report for n in range(1, 14))
+    lines = report.splitlines()
+    for n in range(1, 14):  # no question is left without an answer line (an empty Q3 says why)
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"**{n}."))
+        assert lines[at + 1].startswith("- "), (n, lines[at : at + 2])
+    assert "of the unit-1 oracle" in report and "U_end and P_end on one state in" in report
     assert "### Unit sweep" in report
     assert (out / "r-policies.png").stat().st_size > 0 and (out / "r-units.png").stat().st_size > 0
 

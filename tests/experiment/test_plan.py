@@ -10,6 +10,8 @@ import pytest
 from boundary.experiment import plan
 from boundary.experiment.load import prefill_queue
 from boundary.experiment.replay import RequestRecord
+from boundary.experiment.report.answers import after_junction, verdict
+from boundary.experiment.report.questions import QUESTIONS, _question
 from boundary.experiment.report.tables import unit_sweep
 
 _DEFAULTS = dict(
@@ -228,3 +230,34 @@ def test_the_unit_sweep_shows_tokens_against_the_finest_oracle_beside_the_same_u
     assert rows[3] == "| 1056 | 1056 | 600 | 60.0% | 600 · 60.0% · 100.0% |"
     empty = SimpleNamespace(units=[_unit(1, 0, 0, None)])
     assert unit_sweep(empty)[2] == "| 1 | 1056 | 0 | – | 0 · – · – |"
+
+
+def test_a_question_no_run_answers_says_why_instead_of_staying_empty():
+    heading, describe, empty = QUESTIONS[2]  # Q3: the tool share of D_end reuse
+    runs = [{"policy": "both", "decode_end_hits_by_continuation": {}}]
+    assert _question(heading, runs, describe, empty=empty) == [
+        heading,
+        "- no D_end reuse under any policy (question 2), so none comes from tool-call continuations",
+        "",
+    ]
+
+
+def test_an_empty_junction_pool_is_explained_by_what_the_lookups_saw():
+    empty = {
+        "after_junction": {
+            "requests": 0,
+            "branches_observed": 0,
+            "junction_states_created": 0,
+            "additional_matched_tokens_vs_main_sparse": 0,
+            "input_end_served_share": None,
+        }
+    }
+    text = after_junction(empty)
+    assert text.startswith("0 requests: 0 lookups saw attention past the joint hit, 0 junction states")
+    assert "P_end's block twin" in text
+
+
+def test_the_verdict_line_states_the_net_as_a_share_of_prefill_work():
+    v = {"saved_flops": 3e15, "lost_flops": 4e15, "net_flops": -1e15, "net_share_of_prefill_work": -6e-5}
+    line = verdict("input_end", {**v, "verdict": "no measurable effect"})
+    assert line.endswith("net -1.00 PFLOP (-0.006% of prefill work): **no measurable effect**")
