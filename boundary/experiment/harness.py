@@ -167,10 +167,7 @@ def run_experiment(
         )
         for unit in config.units
     ]
-    finest = unit1_oracle_tokens(stream, units)
-    for u in units:
-        for metrics in (*u.runs, u.oracle):
-            metrics["reused_over_unit1_oracle"] = over_unit1_oracle(metrics, finest)
+    finest = _add_unit1_shares(stream, units)
     if config.load_concurrency and config.load_capacity_gib:
         first = config.units[0] or minimum_block_size(model)
         units[0].load_sweep = load_sweep(
@@ -201,6 +198,15 @@ def run_experiment(
 
 
 SLICES = ("hit_rate", "first_continuation", "steady_state")
+
+
+def _add_unit1_shares(stream: Stream, units: list[UnitResult]) -> dict[str, int]:
+    """Every run's and oracle's ``reused_over_unit1_oracle``; returns the unit-1 oracle."""
+    finest = unit1_oracle_tokens(stream, units)
+    for u in units:
+        for metrics in (*u.runs, u.oracle):
+            metrics["reused_over_unit1_oracle"] = over_unit1_oracle(metrics, finest)
+    return finest
 
 
 def unit1_oracle_tokens(stream: Stream, units: list[UnitResult]) -> dict[str, int]:
@@ -251,8 +257,7 @@ def run_unit(
     say: Progress,
     keep_runs: dict[tuple[int, str, str], Run] | None = None,
 ) -> UnitResult:
-    """Every policy under every budget mode at one unit (the checkpoint-byte budget:
-    ``_checkpoint_budget_bytes``)."""
+    """Every policy under every budget mode at one unit (budget: ``_checkpoint_budget_bytes``)."""
     say(f"unit {geometry.unit} (block {geometry.block_size}): hashing {len(stream)} requests")
     requests = cache_requests(stream, geometry.unit)
     events = event_order(requests)
@@ -301,10 +306,13 @@ def run_unit(
         checkpoint_budget_bytes=budget_bytes,
         oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost)),
         runs=metrics,
-        logical_candidates_on_one_state=logical_candidates_on_one_state(
-            stream.requests, engine_geometry(geometry, decode_states)
-        ),
+        logical_candidates_on_one_state=_candidates(stream, geometry, decode_states),
     )
+
+
+def _candidates(stream: Stream, geometry: CacheGeometry, decode_states: DecodeStates) -> dict[str, Any]:
+    """Q13 at this unit, where the policy sees decode states (``plan``)."""
+    return logical_candidates_on_one_state(stream.requests, engine_geometry(geometry, decode_states))
 
 
 def _checkpoint_budget_bytes(config: ExperimentConfig, baseline: Run, geometry: CacheGeometry) -> float:

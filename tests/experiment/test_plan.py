@@ -254,7 +254,15 @@ def test_an_empty_junction_pool_is_explained_by_what_the_lookups_saw():
     }
     text = after_junction(empty)
     assert text.startswith("0 requests: 0 lookups saw attention past the joint hit, 0 junction states")
-    assert "P_end's block twin" in text
+    assert text.endswith(
+        "every branch point already lay at or under a kept state, so the engine never made a junction"
+    )
+    empty["after_junction"] |= {"branches_observed": 3}
+    assert "P_end's block twin, U_end, D_end" in after_junction(empty)
+    empty["after_junction"] |= {"junction_states_created": 2}
+    assert after_junction(empty).endswith(
+        "no later request's prefix reached a junction state while it was cached"
+    )
 
 
 def test_the_verdict_line_states_the_net_as_a_share_of_prefill_work():

@@ -38,8 +38,12 @@ def fallback(r: dict[str, Any]) -> str | None:
     f = r["input_end_fallback"]
     if not f["requests"]:
         return None
+    if f["input_end_gained"] is None:
+        return (
+            f"U_end served {share(f['input_end_served'], f['requests'])}; gain unknown (decode_end not run)"
+        )
     return (
-        f"{share(f['input_end_gained'], f['requests'])} gained tokens over main_sparse by U_end "
+        f"{share(f['input_end_gained'], f['requests'])} gained tokens over decode_end by U_end "
         f"(input_end_fallback_rate; {signed(f['gained_tokens'])} tokens); U_end served "
         f"{f['input_end_served']:,}"
     )
@@ -59,10 +63,13 @@ def after_junction(r: dict[str, Any]) -> str:
     j = r["after_junction"]
     if not j["requests"]:
         why = (
-            "every branch point already lay under a kept state (P_end's block twin), so no junction "
-            "state was made"
-            if not j["junction_states_created"]
-            else "no later request's prefix reached a junction state while it was cached"
+            "no later request's prefix reached a junction state while it was cached"
+            if j["junction_states_created"]
+            else "every branch point lay in the block of a kept state the request resumed from "
+            "(P_end's block twin, U_end, D_end), so no junction state was made"
+            if j["branches_observed"]
+            else "no lookup's attention reached past its joint hit: every branch point already lay "
+            "at or under a kept state, so the engine never made a junction"
         )
         return (
             f"0 requests: {j['branches_observed']:,} lookups saw attention past the joint hit, "

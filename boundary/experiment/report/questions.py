@@ -49,7 +49,7 @@ QUESTIONS: tuple[tuple[str, Describe, str], ...] = (
     (
         "**4. U_end as the fallback when D_end does not match.** Among continuations whose previous "
         "request's D_end state was retained but hash-rejected, those U_end served with a deeper joint "
-        "hit than `main_sparse` had on the same request:",
+        "hit than `decode_end` (D_end alone, nothing to fall back on) had on the same request:",
         a.fallback,
         "no continuation found its previous request's D_end retained and hash-rejected",
     ),
