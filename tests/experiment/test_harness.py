@@ -38,6 +38,9 @@ ISSUE_METRICS = (
     "occupancy",
     "forced_scheduler_splits",
     "duplicate_candidates",
+    "candidates_on_twin",
+    "junctions_on_kept_states",
+    "reused_over_unit1_oracle",
     "disaggregated_consumability",
     "ttft_estimate_seconds",
     "decode_end_hit_rate",
@@ -153,6 +156,26 @@ def test_on_the_real_qwen3_5_template_dropped_reasoning_sends_first_continuation
     assert both["input_end_fallback_rate"] == 1.0
     assert main["first_continuation"]["session_hit_rate"] < 1.0  # P_end holds "<think>\n": no own-session hit
     assert both["first_continuation"]["reused_over_oracle"] > main["first_continuation"]["reused_over_oracle"]
+
+
+def test_reuse_is_also_a_share_of_the_unit_1_oracle_whether_or_not_unit_1_ran(stream):
+    config = small_config(units=(16, 1), budgets=(BudgetMode.EQUAL_CAPACITY,), disaggregation=False)
+    both_units = run_experiment(stream, QWEN3_5_35B_A3B, config)
+    alone = run_experiment(stream, QWEN3_5_35B_A3B, config.model_copy(update={"units": (16,)}))
+    assert alone.unit1_oracle == both_units.unit1_oracle
+    finest = both_units.units[1]
+    assert (
+        finest.unit == 1 and both_units.unit1_oracle["hit_rate"] == finest.oracle["hit_rate"]["oracle_tokens"]
+    )
+    for r in finest.runs:  # at unit 1 the two ratios are one
+        assert r["reused_over_unit1_oracle"]["hit_rate"] == r["hit_rate"]["reused_over_oracle"]
+    coarse = alone.units[0]
+    assert (
+        coarse.runs[0]["reused_over_unit1_oracle"] == both_units.units[0].runs[0]["reused_over_unit1_oracle"]
+    )
+    assert coarse.oracle["reused_over_unit1_oracle"]["hit_rate"] <= 1.0
+    counts = coarse.logical_candidates_on_one_state
+    assert counts["requests"] == len(stream) and counts["u_end_d_end"] == counts["p_end_d_end"] == 0
 
 
 def test_a_replay_is_deterministic(stream):
