@@ -203,3 +203,31 @@ def test_a_state_that_stands_for_d_end_and_u_end_is_credited_to_d_end():
     assert primary_kind(state) == "input_end"
     state.labels = ("prompt_end_block", "reactive")
     assert serving_kind(state) == "reactive"
+
+
+def test_first_continuation_extra_tokens_and_avoided_work_on_the_hand_stream():
+    """Q1 / Q12: request 1 is the one first continuation; main_sparse resumes it at 20 of the
+    oracle's 24 (5 / 6), both at 24 (1.0); no steady-state request (turn >= 2): undefined.
+    Q7: both reuses 24 - 20 = +4 tokens more than main_sparse, and 31 - 24 = 7 prompt tokens are
+    recomputed in request 1 plus all 23 of request 0: 30. Q8: both avoids the FLOPs of [0, 24)."""
+    main, both = run_of("main_sparse"), run_of("both")
+    m, b = run_metrics(main, main), run_metrics(both, main)
+    assert m["first_continuation"] == {
+        "requests": 1,
+        "hit_rate": 1.0,
+        "session_hit_rate": 1.0,
+        "reused_tokens": 20,
+        "oracle_tokens": 24,
+        "reused_over_oracle": pytest.approx(20 / 24),
+    }
+    assert b["first_continuation"]["reused_over_oracle"] == 1.0
+    assert b["steady_state"] == {
+        "requests": 0,
+        "hit_rate": None,
+        "session_hit_rate": None,
+        "reused_tokens": 0,
+        "oracle_tokens": 0,
+        "reused_over_oracle": None,
+    }
+    assert (b["additional_matched_tokens_vs_main_sparse"], b["prompt_tokens_recomputed"]) == (4, 30)
+    assert b["avoided_prefill_flops"] == pytest.approx(COST.flops(0, 24))

@@ -102,7 +102,12 @@ def answers(unit: UnitResult) -> list[str]:
         "**12. First reuse vs steady state** (hit rate; reused / oracle):", cap, a.first_vs_steady
     )
     out += collisions(unit, cap)
-    out += ["**Phase 2 / 3 targets** (equal checkpoint-byte budget):", *targets(unit), ""]
+    out += [
+        "**Phase 2 / 3 targets** (equal checkpoint-byte budget; met: at least the best rival's reused / "
+        "oracle, with no tolerance):",
+        *targets(unit),
+        "",
+    ]
     return out
 
 
