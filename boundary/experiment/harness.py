@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from boundary.cache.accounting import CacheGeometry, ModelDescription, geometry_for_unit, minimum_block_size
 from boundary.cache.hybrid import CacheConfig
 from boundary.cache.retention import engine_geometry
-from boundary.experiment.cost import PrefillCostModel
+from boundary.experiment.calibration import step_constants
+from boundary.experiment.cost import PrefillCostModel, StepCostModel, family_assumptions
 from boundary.experiment.metrics import run_metrics, slice_summary
 from boundary.experiment.plan import (
     incremental_hit_rate,
@@ -27,6 +28,7 @@ from boundary.experiment.plan import (
     second_checkpoint_verdict,
 )
 from boundary.experiment.policies import ORACLE, POLICIES, policy
+from boundary.experiment.presets import PRESETS
 from boundary.experiment.replay import (
     BudgetMode,
     RequestRecord,
@@ -35,6 +37,7 @@ from boundary.experiment.replay import (
     replay,
     replay_oracle,
 )
+from boundary.experiment.serving import Routing
 from boundary.experiment.stream import Stream, cache_requests
 from boundary.experiment.sweep import load_sweep
 from boundary.retention_policy import DecodeStates
@@ -59,6 +62,9 @@ class ExperimentConfig(BaseModel):
     disaggregation: bool = True
     load_concurrency: tuple[float, ...] = ()
     load_capacity_gib: tuple[float, ...] = ()
+    load_replicas: int = Field(1, gt=0)
+    load_routing: Routing = Routing.SESSION_STICKY
+    max_num_seqs: int = Field(256, gt=0)
 
 
 class UnitResult(BaseModel):
@@ -177,7 +183,16 @@ def run_experiment(
             names,
             concurrency=config.load_concurrency,
             capacity_gib=config.load_capacity_gib,
-            options=config.model_dump(include={"junction_at_unit", "max_chunk_tokens", "output_at_unit"}),
+            options=config.model_dump(
+                include={
+                    "junction_at_unit",
+                    "max_chunk_tokens",
+                    "max_num_seqs",
+                    "output_at_unit",
+                    "load_replicas",
+                    "load_routing",
+                }
+            ),
             say=say,
         )
     return ExperimentResult(
@@ -190,7 +205,11 @@ def run_experiment(
             "output_tokens": sum(r.output_tokens for r in stream.requests),
         },
         model=_describe(model),
-        cost_model=cost.describe(),
+        cost_model={
+            **cost.describe(),
+            "step": StepCostModel(cost, step_constants(model.name)).describe(),
+            "families": family_assumptions(PRESETS.values(), cost.utilization),
+        },
         config=config.model_dump(mode="json"),
         units=units,
         unit1_oracle=finest,

@@ -19,7 +19,6 @@ from typing import Any
 from boundary.experiment import plan
 from boundary.experiment.aggregate import percentile as _percentile
 from boundary.experiment.aggregate import ratio as _ratio
-from boundary.experiment.load import prefill_queue
 from boundary.experiment.replay import ProducerAge, RequestRecord, Run
 
 KINDS = ("prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block")
@@ -102,7 +101,6 @@ def _reuse(recs: list[RequestRecord], baseline: Run | None) -> dict[str, Any]:
             "p50": _percentile(ttft, 0.5),
             "p90": _percentile(ttft, 0.9),
         },
-        "load": prefill_queue(recs).summary(),
         "hit_rate": slice_summary(recs),
         "first_continuation": slice_summary(first),
         "steady_state": slice_summary(steady),

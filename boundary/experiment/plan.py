@@ -43,6 +43,7 @@ from typing import Any
 from boundary.experiment.aggregate import ratio
 from boundary.experiment.policies import boundaries
 from boundary.experiment.replay import ProducerAge, RequestRecord, Run
+from boundary.experiment.serving import ServingRun
 from boundary.experiment.stream import StreamRequest
 from boundary.retention_policy import EngineGeometry, decode_position, prompt_end_position, prompt_position
 
@@ -164,8 +165,9 @@ def bytes_by_kind(run: Run) -> dict[str, Any]:
     }
 
 
-def second_checkpoint_verdict(both: Run, single: Run) -> dict[str, Any]:
-    """Q10: ``both`` against ``single`` request by request (work in FLOPs). ``pays`` / ``costs``
+def second_checkpoint_verdict(both: Run | ServingRun, single: Run | ServingRun) -> dict[str, Any]:
+    """Q10: ``both`` against ``single`` request by request (work in FLOPs; replays or serving
+    runs of the same requests). ``pays`` / ``costs``
     only when |net| reaches ``VERDICT_THRESHOLD`` of the stream's prefill work (the work with
     no cache: avoided + recomputed), else ``no measurable effect``."""
     mine = {r.rid: r.avoided_flops for r in both.records}

@@ -17,7 +17,6 @@ from typing import Any
 
 from boundary.cache.accounting import CacheGeometry
 from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPrefixCache
-from boundary.cache.lookup import Hit
 from boundary.cache.memory import Entry
 from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
@@ -216,7 +215,7 @@ def replay(
             admission = cache.admit(request, policy.admission(sr, geometry), now)
             made[i] = list(admission.created)
             previous[sr.session] = i
-            records[i] = _record(sr, admission, admission.hit, oracle[i], meta, cost, before)
+            records[i] = request_record(sr, admission, oracle[i], meta, cost, before)
         if check_every and step % check_every == 0:
             cache.check_invariants()
     cache.close(last)
@@ -315,15 +314,17 @@ def _before_lookup(
     }
 
 
-def _record(
+def request_record(
     sr: StreamRequest,
     admission: Admission,
-    hit: Hit,
     oracle: int,
     meta: Sequence[StreamRequest],
     cost: PrefillCostModel,
     before: dict[str, Any],
 ) -> RequestRecord:
+    """``sr``'s record from its admission (``meta``: the stream by ``rid``; ``before``: what
+    ``_before_lookup`` saw, or nothing)."""
+    hit = admission.hit
     state = hit.state
     age = loss = from_output = None
     served = serving_kind(state)

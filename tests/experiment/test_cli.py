@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -169,5 +170,5 @@ def test_a_small_chat_trace_with_message_outputs_runs_at_every_unit_and_writes_n
     assert run["first_continuation"]["reused_over_oracle"] is None  # one request: nothing to reuse
     assert run["hit_rate"]["reused_over_oracle"] is None
     report = (out / "r.md").read_text()
-    assert "| – |" in report and "nan" not in report.lower()
+    assert "| – |" in report and not re.search(r"\bnan\b", report.lower())  # "Nano" is a model name
     assert (out / "r-policies.png").stat().st_size > 0 and (out / "r-units.png").stat().st_size > 0

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from boundary.experiment import plan
-from boundary.experiment.load import prefill_queue
 from boundary.experiment.replay import RequestRecord
 from boundary.experiment.report.answers import after_junction, verdict
 from boundary.experiment.report.questions import QUESTIONS, _question
@@ -43,23 +40,6 @@ _DEFAULTS = dict(
 
 def rec(**fields) -> RequestRecord:
     return RequestRecord(**{**_DEFAULTS, **fields})
-
-
-def test_the_prefill_queue_serves_first_come_first_served_with_hit_dependent_service():
-    records = [
-        rec(rid=0, arrival=0.0, ttft_seconds=0.2, prompt_tokens=1000),
-        rec(rid=1, arrival=0.1, ttft_seconds=0.05, prompt_tokens=500),
-        rec(rid=2, arrival=0.15, ttft_seconds=0.1, prompt_tokens=2000),
-    ]
-    q = prefill_queue(records)
-    # starts 0, 0.2, 0.25; done 0.2, 0.25, 0.35
-    assert q.ttft == pytest.approx((0.2, 0.15, 0.2))
-    assert q.waits == pytest.approx((0.0, 0.1, 0.1))
-    assert q.span_seconds == pytest.approx(0.35)
-    assert q.request_throughput == pytest.approx(3 / 0.35)
-    assert q.input_token_throughput == pytest.approx(3500 / 0.35)
-    assert q.summary()["prefill_engine_utilization"] == pytest.approx(1.0)
-    assert prefill_queue([]).summary()["ttft_mean_seconds"] is None
 
 
 def test_u_end_fallback_counts_only_rejected_d_ends_where_u_end_gained_tokens_over_decode_end():

@@ -20,6 +20,7 @@ from boundary.experiment.report.tables import (
     deployments,
     load_table,
     questions_by_unit,
+    saturation_table,
     serving,
     side_by_side,
     unit_sweep,
@@ -29,9 +30,18 @@ __all__ = ["markdown", "pct", "plot"]
 
 NOT_WITHOUT_GPU = (
     "snapshot and materialization *time* (the copy kernels' cost; bytes are reported)",
-    "measured TTFT and throughput (here: the cost model through a FIFO prefill queue)",
-    "the engine's real batching of prefills and the decode contention it causes",
+    "measured TTFT and throughput (here: the step cost model through a scheduler model)",
+    "the engine's real step times (the constants in `boundary/experiment/calibration.py` are assumed)",
     "KV-connector transfer times for the decode→prefill and shared-store deployments",
+)
+
+
+LOAD_NOTE = (
+    "Closed loop: each user's next request arrives only after its previous reply finished plus a "
+    "client delay; offered load is what the users would ask with no contention (Little's law), capacity "
+    "an upper bound for this request mix at a full batch. A point is **saturated** when its throughput "
+    "falls below 90% of its offered load; its TTFT is queueing, not a policy's effect, and is never a "
+    "headline."
 )
 
 
@@ -53,8 +63,9 @@ def markdown(
     lines += _cost(first)
     lines += _deployments(first)
     if first.load_sweep:
-        lines += [f"### Load: concurrency × capacity — unit {first.unit}, equal total capacity", ""]
-        lines += [*load_table(first), ""]
+        lines += [f"### Load: closed-loop users × cache — unit {first.unit}, equal total capacity", ""]
+        lines += [LOAD_NOTE, "", *load_table(first), "", "Saturation per policy:", ""]
+        lines += [*saturation_table(first), ""]
     if others:
         lines += ["### Unit sweep (equal total capacity)", "", *unit_sweep(result), ""]
         lines += [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from boundary.experiment.harness import GIB
-from boundary.experiment.report.fmt import DASH, gib, pct, pflops, rate, seconds, share, signed, tokens
+from boundary.experiment.report.fmt import DASH, gib, pct, pflops, seconds, share, signed, tokens
 
 
 def first_continuation(r: dict[str, Any]) -> str:
@@ -127,13 +127,10 @@ def evictions(r: dict[str, Any]) -> str:
 
 
 def load(r: dict[str, Any]) -> str:
-    q = r["load"]
+    t = r["ttft_estimate_seconds"]
     return (
-        f"TTFT mean {seconds(q['ttft_mean_seconds'])}, p90 {seconds(q['ttft_p90_seconds'])} "
-        f"(queue wait {seconds(q['queue_wait_mean_seconds'])}); "
-        f"{rate(q['request_throughput_per_second'], 'requests/s')}, "
-        f"{rate(q['input_token_throughput_per_second'], 'input tokens/s')}; prefill engine busy "
-        f"{pct(q['prefill_engine_utilization'])}; residency states {pct(r['occupancy']['state_fraction'])} / "
+        f"prefill time alone (no queue, no batching) mean {seconds(t['mean'])}, p90 {seconds(t['p90'])}; "
+        f"residency states {pct(r['occupancy']['state_fraction'])} / "
         f"blocks {pct(r['occupancy']['block_fraction'])} of capacity"
     )
 

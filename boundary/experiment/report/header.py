@@ -35,7 +35,21 @@ def header(result: ExperimentResult) -> list[str]:
         f"{c['flops_per_position'] / 1e3:.0f} kFLOP per earlier position; prefill time = FLOPs / "
         f"({c['peak_flops'] / 1e12:.0f} TFLOP/s x {c['utilization']}), an estimate, not a measurement."
     )
-    return [stream, model, cost, scope(result), *assumptions(s, c), ""]
+    return [stream, model, cost, *families(c), scope(result), *assumptions(s, c, cfg), ""]
+
+
+def families(c: dict[str, Any]) -> list[str]:
+    """Per-family recurrent state sizes and prefill rates, with their sources."""
+    rows = c.get("families") or []
+    if not rows:
+        return []
+    parts = [
+        f"{f['model']} ({f['recurrent_kind']}): one state {gib(f['state_bytes'])} = "
+        f"{f['state_in_kv_tokens']:,.0f} KV tokens, prefill {f['prefill_tokens_per_second']:,.0f} tokens/s "
+        f"at context 0 [{f['source']}]"
+        for f in rows
+    ]
+    return ["- Families (GPU assumptions): " + "; ".join(parts) + "."]
 
 
 def scope(result: ExperimentResult) -> str:
@@ -52,7 +66,27 @@ def scope(result: ExperimentResult) -> str:
     return text + "."
 
 
-def assumptions(s: dict[str, Any], c: dict[str, Any]) -> list[str]:
+def load_assumptions(c: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+    """The serving model's GPU assumptions (``boundary.experiment.calibration``)."""
+    step = c.get("step")
+    if not step:
+        return []
+    return [
+        f"  - load model (GPU assumptions, {step['source']}): a step costs "
+        f"{step['step_overhead_seconds'] * 1000:g} ms + {step['decode_base_seconds'] * 1000:g} ms when it "
+        f"decodes + {step['decode_seconds_per_sequence'] * 1000:g} ms per decoding sequence + its prefill "
+        f"chunks' FLOPs at {c['peak_flops'] / 1e12:.0f} TFLOP/s × {c['utilization']} "
+        f"({step['prefill_tokens_per_second_at_0']:,.0f} prefill tokens/s at context 0, "
+        f"{step['prefill_tokens_per_second_at_32k']:,.0f} at 32k); continuous batching with chunked "
+        f"prefill, max_num_batched_tokens {cfg.get('max_chunk_tokens', 8192):,}, max_num_seqs "
+        f"{cfg.get('max_num_seqs', 256)}, decode first, then prefill chunks first come first served; "
+        f"{cfg.get('load_replicas', 1)} replica(s), routing {cfg.get('load_routing', 'session_sticky')}, "
+        "a cache of the stated capacity per replica; closed-loop users (think time 10 s before a user "
+        "turn, tool latency 1 s after a tool call, exponential, seeded); no preemption."
+    ]
+
+
+def assumptions(s: dict[str, Any], c: dict[str, Any], cfg: dict[str, Any] | None = None) -> list[str]:
     """Every modelling assumption that moves the results, with its value."""
     arrivals = s.get("arrivals") or {}
     words = s.get("reasoning_words")
@@ -70,15 +104,11 @@ def assumptions(s: dict[str, Any], c: dict[str, Any]) -> list[str]:
             f"mean think time {arrivals.get('think_time_mean_seconds')} s before a new user message."
         )
     lines.append(
-        f"  - decode speed: {c.get('decode_seconds_per_token', 0) * 1000:.0f} ms per output token, "
-        "uncontended; a request's time in flight is its no-cache prefill plus its decode, so every "
-        "policy replays the same interleaving."
+        f"  - decode speed in the cache replays: {c.get('decode_seconds_per_token', 0) * 1000:.0f} ms per "
+        "output token, uncontended; a request's time in flight is its no-cache prefill plus its decode, "
+        "so every policy replays the same interleaving (the load sweep runs its own clock)."
     )
-    lines.append(
-        "  - load: one FIFO prefill engine; service time = the cost model's prefill time from the joint "
-        "hit, so TTFT = queue wait + service shrinks with the hit; arrivals are open-loop (a faster TTFT "
-        "does not bring the session's next request forward); prefills are not batched."
-    )
+    lines += load_assumptions(c, cfg or {})
     if s.get("system_prompt") == "per_session":
         lines.append(
             "  - per_session system prompts: each session gets its own system text, but the tools block "

@@ -92,8 +92,9 @@ def answers(unit: UnitResult) -> list[str]:
     out += second_checkpoint(unit)
     oracle_ttft = seconds(unit.oracle["ttft_estimate_seconds"]["mean"])
     out += _question(
-        "**11. TTFT, throughput and cache residency** at this run's concurrency (queued prefill; "
-        "the load sweep below varies concurrency and capacity):",
+        "**11. TTFT, throughput and cache residency** at this run's concurrency (TTFT here is the "
+        "prefill alone; queued TTFT, throughput and saturation are in the closed-loop load sweep, "
+        "where a report has one):",
         cap,
         a.load,
         f"- `oracle`: prefill time alone, no queue, mean {oracle_ttft}",
