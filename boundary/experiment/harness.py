@@ -175,26 +175,7 @@ def run_experiment(
     ]
     finest = _add_unit1_shares(stream, units)
     if config.load_concurrency and config.load_capacity_gib:
-        first = config.units[0] or minimum_block_size(model)
-        units[0].load_sweep = load_sweep(
-            stream,
-            geometry_for_unit(model, first),
-            cost,
-            names,
-            concurrency=config.load_concurrency,
-            capacity_gib=config.load_capacity_gib,
-            options=config.model_dump(
-                include={
-                    "junction_at_unit",
-                    "max_chunk_tokens",
-                    "max_num_seqs",
-                    "output_at_unit",
-                    "load_replicas",
-                    "load_routing",
-                }
-            ),
-            say=say,
-        )
+        units[0].load_sweep = _load_sweep(stream, model, config, cost, names, say)
     return ExperimentResult(
         stream={
             **stream.provenance,
@@ -213,6 +194,37 @@ def run_experiment(
         config=config.model_dump(mode="json"),
         units=units,
         unit1_oracle=finest,
+    )
+
+
+LOAD_OPTIONS = {
+    "junction_at_unit",
+    "max_chunk_tokens",
+    "max_num_seqs",
+    "output_at_unit",
+    "load_replicas",
+    "load_routing",
+}
+
+
+def _load_sweep(
+    stream: Stream,
+    model: ModelDescription,
+    config: ExperimentConfig,
+    cost: PrefillCostModel,
+    names: list[str],
+    say: Progress,
+) -> list[dict[str, Any]]:
+    """The closed-loop load sweep at the first unit (``sweep.load_sweep``)."""
+    return load_sweep(
+        stream,
+        geometry_for_unit(model, config.units[0] or minimum_block_size(model)),
+        cost,
+        names,
+        concurrency=config.load_concurrency,
+        capacity_gib=config.load_capacity_gib,
+        options=config.model_dump(include=LOAD_OPTIONS),
+        say=say,
     )
 
 

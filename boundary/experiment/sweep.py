@@ -26,6 +26,7 @@ from typing import Any
 
 from boundary.cache.accounting import CacheGeometry
 from boundary.cache.hybrid import CacheConfig
+from boundary.cache.request import CacheRequest
 from boundary.cache.retention import engine_geometry
 from boundary.experiment.arrivals import interleave
 from boundary.experiment.calibration import step_constants
@@ -67,16 +68,10 @@ def load_sweep(
     points: list[dict[str, Any]] = []
     for c in concurrency:
         sessions = tenants(base, math.ceil(2 * c / max(len(base), 1)))
-        timed = Stream(stream.name, stream.provenance, interleave(sessions, cost, concurrency=c, seed=seed))
-        requests = cache_requests(timed, geometry.unit)
-        oracle = replay_oracle(requests, geometry.unit, event_order(requests))
+        timed, requests, oracle = _timed(stream, sessions, geometry.unit, cost, c, seed)
         outputs = [r.output_tokens for r in timed.requests]
         model = LoadModel(
-            concurrency=int(c),
-            replicas=options["load_replicas"],
-            routing=Routing(options["load_routing"]),
-            scheduler=scheduler,
-            seed=seed,
+            int(c), options["load_replicas"], Routing(options["load_routing"]), scheduler, seed=seed
         )
         for cap in capacity_gib:
             say(f"  load: concurrency {c:g}, {cap:g} GiB")
@@ -100,12 +95,28 @@ def load_sweep(
                 )
                 runs[name] = run
                 points.append(_point(run, c, cap, sum(oracle), summary(run, outputs, steps)))
-            if "both" in runs and "input_end" in runs:
-                verdict = second_checkpoint_verdict(runs["both"], runs["input_end"])
-                next(p for p in reversed(points) if p["policy"] == "both")["second_checkpoint_verdict"] = (
-                    verdict
-                )
+                if name == "both" and "input_end" in runs:
+                    points[-1]["second_checkpoint_verdict"] = second_checkpoint_verdict(
+                        run, runs["input_end"]
+                    )
     return points
+
+
+def _timed(
+    stream: Stream,
+    sessions: list[list[StreamRequest]],
+    unit: int,
+    cost: PrefillCostModel,
+    concurrency: float,
+    seed: int,
+) -> tuple[Stream, list[CacheRequest], list[int]]:
+    """``sessions`` on the uncontended schedule (``rid`` == index), as the cache sees them, and
+    the oracle's reuse replayed on that schedule."""
+    timed = Stream(
+        stream.name, stream.provenance, interleave(sessions, cost, concurrency=concurrency, seed=seed)
+    )
+    requests = cache_requests(timed, unit)
+    return timed, requests, replay_oracle(requests, unit, event_order(requests))
 
 
 TENANT_SENTINEL = 2**31
