@@ -13,7 +13,10 @@ LRU order.
 
 Two budget modes: one arena for blocks and states (vLLM's single block pool: equal total
 capacity), or a separate arena of ``checkpoint_budget`` bytes for retained states (an equal
-admitted checkpoint-byte budget), the rest for blocks and running states.
+admitted checkpoint-byte budget), the rest for blocks and running states. Under a budget a
+new retained state evicts unheld retained states least recently used first, and is refused
+(not created, ``stats.budget_refusals``) when the states in-flight requests hold leave no
+room: retained states never exceed the budget (``checkpoints.overcommits`` stays 0).
 
 ``engine_steps`` (one arena of equal-size pages) replays a request as vLLM 0.33.0's block pool
 runs it, page by page (``boundary.cache.engine_steps``), for eviction that picks vLLM's
@@ -137,9 +140,10 @@ class HybridPrefixCache:
                 continue  # never computed (a caller's D_end past the computed tokens)
             alias = self.geometry.fine_grained and keep.position % self.geometry.block_size != 0
             planned = PlannedState(keep.position, tuple(k.value for k in keep.kinds), alias, False)
-            state = self._create_state(planned, request, flight.table, now)
-            created.append(state)
-            flight.states.append(state)
+            decoded = self._admit_state(planned, request, flight.table, now)
+            if decoded is not None:
+                created.append(decoded)
+                flight.states.append(decoded)
         for state in sorted(flight.states, key=lambda e: -e.position):
             self._release(state, now)
         for block in reversed(flight.table):
@@ -196,7 +200,9 @@ class HybridPrefixCache:
         for planned in plan.states:
             if planned.in_prompt:
                 recached += self._cached_already(planned, request)
-                created.append(self._create_state(planned, request, table, now))
+                state = self._admit_state(planned, request, table, now)
+                if state is not None:
+                    created.append(state)
         flight = InFlight(request, table, held_states + created, scratch, decision, created)
         self._in_flight[request.rid] = flight
         wanted = [s.position for s in created if s.position < request.num_prompt_tokens]
@@ -230,6 +236,20 @@ class HybridPrefixCache:
             hit.joint, n, g, junction=hit.junction, stops=wanted, max_chunk_tokens=chunk
         )
         return len(stopped) - len(native)
+
+    def _admit_state(
+        self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
+    ) -> Entry | None:
+        """``_create_state`` under the checkpoint budget's admission rule: with a budget, a state
+        is admitted only if it fits beside the states in-flight requests hold (unheld ones are
+        evicted LRU to make room); otherwise it is not created, and the refusal is counted
+        under its kind. Retained states therefore never exceed the budget."""
+        if self.checkpoints is not self.working:
+            held = sum(e.nbytes for e in self.checkpoints.charged if e.refs)
+            if held + self.geometry.state_bytes > self.checkpoints.capacity:
+                self.stats.budget_refusals[planned.kinds[0] if planned.kinds else "unlabelled"] += 1
+                return None
+        return self._create_state(planned, request, table, now)
 
     def _create_state(
         self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float

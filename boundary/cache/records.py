@@ -95,6 +95,7 @@ class CacheStats:
     created: Counter[str] = field(default_factory=Counter)
     state_hits: Counter[str] = field(default_factory=Counter)
     dropped_states: int = 0  # prompt-side states a finish decision no longer kept
+    budget_refusals: Counter[str] = field(default_factory=Counter)  # states the budget had no room for
     evicted_states: list[Entry] = field(default_factory=list)
     state_bytes: int = 0
     state_bytes_by_kind: Counter[str] = field(default_factory=Counter)  # by a state's primary kind

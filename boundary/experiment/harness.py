@@ -1,7 +1,7 @@
 """The experiment: one stream, every policy, both budget modes, one or more units.
 
 For each ``prefix_match_unit``: hash the stream once, replay the oracle, replay
-``main_sparse`` under equal total capacity (it is the baseline, and its mean retained-state
+``main_sparse`` under equal total capacity (it is the baseline, and its peak retained-state
 bytes become the equal checkpoint-byte budget unless one is given), then every policy under
 every budget mode, each also replayed with prefill/decode disaggregation (no output reuse)
 for the consumability metric.
@@ -347,12 +347,15 @@ def _candidates(stream: Stream, geometry: CacheGeometry, decode_states: DecodeSt
 
 
 def _checkpoint_budget_bytes(config: ExperimentConfig, baseline: Run, geometry: CacheGeometry) -> float:
-    """The equal checkpoint-byte budget: ``checkpoint_budget_gib`` if set, else
-    main_sparse's mean retained-state bytes under equal capacity (``baseline``), at least one
-    state and at most 90% of the capacity (so blocks keep some room)."""
+    """The equal checkpoint-byte budget B: ``checkpoint_budget_gib`` if set, else
+    main_sparse's *peak* retained-state bytes under equal capacity (``baseline``: so the
+    baseline keeps what it kept), at least one state and at most 90% of the capacity (so
+    blocks keep some room). Every policy's retained states then share at most B bytes
+    (``HybridPrefixCache``'s admission rule: LRU eviction, refusal when held states fill it)."""
     if config.checkpoint_budget_gib is not None:
         return config.checkpoint_budget_gib * GIB
-    return min(max(baseline.mean_state_bytes, float(geometry.state_bytes)), 0.9 * (config.capacity_gib * GIB))
+    peak = float(baseline.stats.peak_state_bytes)
+    return min(max(peak, float(geometry.state_bytes)), 0.9 * (config.capacity_gib * GIB))
 
 
 def _budget_runs(

@@ -141,6 +141,7 @@ def _memory(run: Run) -> dict[str, Any]:
             else _ratio(mean_state, run.checkpoint_budget_bytes),
         },
         "overcommits": run.overcommits,
+        "checkpoint_budget": plan.checkpoint_budget(run),
     }
 
 

@@ -165,6 +165,20 @@ def bytes_by_kind(run: Run) -> dict[str, Any]:
     }
 
 
+def checkpoint_budget(run: Run) -> dict[str, Any] | None:
+    """The equal checkpoint-byte budget as the run kept it (None: no budget): its bytes, the
+    peak retained-state bytes under it, the allocations that went past it (``exceedances``,
+    0 by the admission rule) and the states refused for lack of room, by kind."""
+    if run.checkpoint_budget_bytes is None:
+        return None
+    return {
+        "bytes": run.checkpoint_budget_bytes,
+        "peak_bytes": run.peak_checkpoint_bytes,
+        "exceedances": run.budget_exceedances or 0,
+        "refusals": dict(sorted(run.stats.budget_refusals.items())),
+    }
+
+
 def second_checkpoint_verdict(both: Run | ServingRun, single: Run | ServingRun) -> dict[str, Any]:
     """Q10: ``both`` against ``single`` request by request (work in FLOPs; replays or serving
     runs of the same requests). ``pays`` / ``costs``

@@ -133,6 +133,7 @@ class Run:
     lifetimes: list[float] = field(default_factory=list)
     survivors: int = 0
     survivor_ages: list[float] = field(default_factory=list)
+    budget_exceedances: int | None = None  # allocations past the checkpoint budget (None: no budget)
 
     @property
     def mean_state_bytes(self) -> float:
@@ -255,6 +256,7 @@ def _run(
         lifetimes=lifetimes,
         survivors=len(live),
         survivor_ages=[last - e.created_at for e in live],
+        budget_exceedances=cache.checkpoints.overcommits if cache.checkpoints is not cache.working else None,
     )
 
 

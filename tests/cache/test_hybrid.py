@@ -275,6 +275,30 @@ def test_under_an_equal_checkpoint_budget_states_only_displace_states(make_cache
     assert survivors == [1, 2]  # the oldest state went first
 
 
+def test_a_checkpoint_budget_refuses_a_state_when_held_states_fill_it_and_is_never_exceeded(make_cache):
+    """Budget 400 bytes = two states of 200. Three 28-token prompts (each keeps main_sparse's
+    P_end at floor(27 / 8) * 8 = 24, which is also its twin: one state each) are admitted and
+    stay in flight, so each holds its state: the first two fill the budget (400), the third
+    finds held 400 + 200 > 400 and is refused (1 refusal, under its first kind prompt_end),
+    nothing is evicted and the budget is never exceeded (0 overcommits). Once the first two
+    finish their states are unheld: a fourth request's state evicts the least recently used
+    one (request 0's, released first) and is admitted."""
+    cache = make_cache(capacity=3000, checkpoint_budget_bytes=400)
+    hasher, engine = PrefixHasher(8), EngineGeometry(8, 8)
+    keep = decide("main_sparse", RequestBoundaries(28), engine)
+    requests = [CacheRequest.from_tokens(i, [*seq(100 * (i + 1), 28), 7], 28, hasher) for i in range(4)]
+    made = [cache.admit(r, keep, now=float(i)) for i, r in enumerate(requests[:3])]
+    assert [len(a.created) for a in made] == [1, 1, 0]
+    assert cache.stats.budget_refusals == {"prompt_end": 1}
+    assert cache.checkpoints.used == 400 and cache.checkpoints.overcommits == 0
+    for rid in (0, 1, 2):
+        cache.finish(rid, now=3.0 + rid)
+    fourth = cache.admit(requests[3], keep, now=7.0)
+    assert len(fourth.created) == 1 and [e.creator for e in cache.stats.evicted_states] == [0]
+    assert cache.checkpoints.peak <= 400 and cache.checkpoints.overcommits == 0
+    cache.finish(3, now=8.0)
+
+
 def test_an_entry_held_by_a_request_in_flight_is_never_evicted(make_cache):
     cache = make_cache(capacity=700)
     hasher = PrefixHasher(8)

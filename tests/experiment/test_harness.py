@@ -119,6 +119,29 @@ def test_an_equal_checkpoint_budget_is_the_same_state_budget_for_every_policy(st
     assert result.units[0].checkpoint_budget_bytes == 2.0 * GIB
 
 
+def test_a_tight_checkpoint_budget_is_never_exceeded_and_defaults_to_main_sparse_peak(stream):
+    """A budget of two Qwen3.5 states (2 x 61.9 MiB, below what requests in flight hold at
+    once): states are refused rather than admitted past it, under every policy; without
+    ``checkpoint_budget_gib`` B is main_sparse's peak retained-state bytes at equal capacity."""
+    runs: dict = {}
+    g = geometry_for_unit(QWEN3_5_35B_A3B, 16)
+    tight = 2 * g.state_bytes / GIB
+    result = run_experiment(
+        stream, QWEN3_5_35B_A3B, small_config(capacity_gib=4.0, checkpoint_budget_gib=tight), keep_runs=runs
+    )
+    refused = 0
+    for r in result.units[0].runs:
+        if r["budget"] != BudgetMode.EQUAL_CHECKPOINT_BUDGET.value:
+            continue
+        b = r["checkpoint_budget"]
+        assert b["exceedances"] == 0 and b["peak_bytes"] <= b["bytes"] == 2 * g.state_bytes
+        refused += sum(b["refusals"].values())
+    assert refused > 0
+    default = run_experiment(stream, QWEN3_5_35B_A3B, small_config(capacity_gib=4.0), keep_runs=runs)
+    peak = runs[(16, BudgetMode.EQUAL_CAPACITY.value, "main_sparse")].stats.peak_state_bytes
+    assert default.units[0].checkpoint_budget_bytes == max(peak, g.state_bytes)
+
+
 def test_echoed_reasoning_lets_decode_end_serve_tool_loops_and_dropped_reasoning_falls_back_to_input_end():
     shape = {"tool_calls": (2, 4), "reasoning_tokens": (100, 200)}
     kept = run_experiment(

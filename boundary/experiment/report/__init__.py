@@ -57,7 +57,7 @@ def markdown(
         lines += ["```", command, "```", ""]
     lines += header(result)
     first, *others = result.units
-    lines += [_side_by_side_title(first), "", *side_by_side(first), ""]
+    lines += [_side_by_side_title(first), "", *side_by_side(first), "", *budget_line(first)]
     lines += [f"### Which checkpoint served each request — unit {first.unit}", "", *serving(first), ""]
     lines += ["### The plan's thirteen questions", "", *answers(first), ""]
     lines += _cost(first)
@@ -80,6 +80,27 @@ def markdown(
     for p in plots:
         lines += [f"![{p.stem}]({p.as_posix()})", ""]
     return "\n".join(lines)
+
+
+def budget_line(unit: UnitResult) -> list[str]:
+    """The equal checkpoint-byte budget as every policy kept it: exceedances (0 by the
+    admission rule) and the states it refused."""
+    runs = [r for r in unit.runs if r.get("checkpoint_budget")]
+    if not runs:
+        return []
+    b = unit.checkpoint_budget_bytes
+    parts = [
+        f"`{r['policy']}` peak {gib(r['checkpoint_budget']['peak_bytes'])}, "
+        f"{r['checkpoint_budget']['exceedances']:,} exceedances, "
+        f"{sum(r['checkpoint_budget']['refusals'].values()):,} states refused"
+        for r in runs
+    ]
+    return [
+        f"Equal checkpoint budget B = {gib(b)} ({b / unit.state_bytes:,.0f} states of this model): "
+        + "; ".join(parts)
+        + ".",
+        "",
+    ]
 
 
 def _cost(unit: UnitResult) -> list[str]:

@@ -8,11 +8,22 @@ from typing import Any
 from boundary.experiment.harness import ExperimentResult
 from boundary.experiment.report.fmt import gib, tokens
 
+BUDGET_RULE = (
+    "main_sparse's peak retained-state bytes at equal capacity unless --checkpoint-budget-gib; every "
+    "policy's retained states, junctions and twins included, share at most B: a new state evicts unheld "
+    "states least recently used first and is refused when held states leave no room; exceedances are "
+    "counted and 0"
+)
+
 
 def header(result: ExperimentResult) -> list[str]:
     s, m, c, cfg = result.stream, result.model, result.cost_model, result.config
     synthesised = ", ".join(s.get("synthesised") or []) or "nothing"
-    budgets = ", ".join(f"{gib(u.checkpoint_budget_bytes)} at unit {u.unit}" for u in result.units)
+    budgets = ", ".join(
+        f"{gib(u.checkpoint_budget_bytes)} ({u.checkpoint_budget_bytes / u.state_bytes:,.0f} states) "
+        f"at unit {u.unit}"
+        for u in result.units
+    )
     states_at = "unit" if cfg.get("output_at_unit") else "block"
     stream = (
         f"- Stream: {s['requests']:,} requests in {s['sessions']:,} sessions ({s['workload']}), "
@@ -27,7 +38,7 @@ def header(result: ExperimentResult) -> list[str]:
         f"- Model: {m['name']} ({m['attention_layers']} attention + {m['recurrent_layers']} "
         f"{m['recurrent_kind']} layers; {m['kv_bytes_per_token']:,} KV bytes/token; one recurrent state "
         f"{gib(m['recurrent_state_bytes'])} unpadded). Capacity {cfg['capacity_gib']} GiB; equal checkpoint "
-        f"budget {budgets}; output-side states at {states_at} boundaries; at most "
+        f"budget B = {budgets} ({BUDGET_RULE}); output-side states at {states_at} boundaries; at most "
         f"{cfg['max_chunk_tokens']:,} tokens per prefill chunk."
     )
     cost = (
