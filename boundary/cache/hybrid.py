@@ -51,7 +51,7 @@ class HybridPrefixCache:
     Invariants (``check_invariants``): every key in either index maps to live entries that
     carry it, and back; a state's single key names exactly the prefix of its position; each
     arena's ``used`` is the sum of its live entries; an entry's ``refs`` equals the number of
-    in-flight requests holding it; held entries are never evictable; unheld live entries are
+    in-flight requests holding it plus its pins; held entries are never evictable; unheld live entries are
     cached (uncached ones are freed on release).
     """
 
@@ -77,6 +77,7 @@ class HybridPrefixCache:
         }
         self._in_flight: dict[int, InFlight] = {}
         self._next_eid = 0
+        self._pinned: Counter[int] = Counter()  # state eid -> pins (``pin``)
         self._engine = EngineSteps(self)
 
     # -- replay ---------------------------------------------------------------------------
@@ -151,6 +152,20 @@ class HybridPrefixCache:
         if flight.scratch is not None:
             self._release(flight.scratch, now)
         return tuple(created)
+
+    def pin(self, state: Entry, now: float) -> None:
+        """Hold ``state`` beyond its creator (a keep held until the session's next user turn)
+        until ``unpin``: a pinned state is never evicted."""
+        self._advance(now)
+        self.checkpoints.hold(state, now)
+        self._pinned[state.eid] += 1
+
+    def unpin(self, state: Entry, now: float) -> None:
+        self._advance(now)
+        self._pinned[state.eid] -= 1
+        if not self._pinned[state.eid]:
+            del self._pinned[state.eid]
+        self._release(state, now)
 
     def close(self, now: float) -> None:
         """Account occupancy up to ``now`` (the end of the replay)."""
@@ -336,6 +351,7 @@ class HybridPrefixCache:
                 expected[flight.scratch.eid] += 1
         for e in self._engine.step_end:
             expected[e.eid] += 1
+        expected.update(self._pinned)
         arenas = {id(self.working): self.working, id(self.checkpoints): self.checkpoints}
         state_bytes = block_bytes = 0
         for arena in arenas.values():

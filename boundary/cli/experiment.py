@@ -84,7 +84,7 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policies",
         default=POLICIES,
-        help=f"comma-separated (default: {POLICIES})",
+        help=f"comma-separated (default: {POLICIES}; experiment-only: chain_fallback)",
     )
     p.add_argument(
         "--budget",

@@ -88,6 +88,7 @@ def _reuse(recs: list[RequestRecord], baseline: Run | None) -> dict[str, Any]:
             "mean_flooring_loss_tokens": statistics.fmean(losses) if losses else None,
         },
         "producer_age": _counts((r.producer_age for r in recs), [a.value for a in ProducerAge]),
+        "producer_age_by_kind": plan.producer_age_by_kind(recs),
         "attention_matched_tokens": sum(r.attention for r in recs),
         "recurrent_matched_tokens": sum(r.recurrent for r in recs),
         "joint_matched_tokens": sum(r.joint for r in recs),

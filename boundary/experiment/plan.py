@@ -165,6 +165,20 @@ def bytes_by_kind(run: Run) -> dict[str, Any]:
     }
 
 
+def producer_age_by_kind(records: Sequence[RequestRecord]) -> dict[str, dict[str, int]]:
+    """For every served state, by the kind it served as: how old its producer was relative to
+    the consumer (``ProducerAge``: the session's previous request, two requests earlier,
+    older, or another session). A chain fallback shows as ``input_end`` served ``two_back`` or
+    ``older``."""
+    out: dict[str, dict[str, int]] = {}
+    for r in records:
+        if r.served_by is None or r.producer_age is None:
+            continue
+        ages = out.setdefault(r.served_by, {a.value: 0 for a in ProducerAge})
+        ages[r.producer_age] += 1
+    return out
+
+
 def checkpoint_budget(run: Run) -> dict[str, Any] | None:
     """The equal checkpoint-byte budget as the run kept it (None: no budget): its bytes, the
     peak retained-state bytes under it, the allocations that went past it (``exceedances``,

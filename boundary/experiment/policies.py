@@ -14,8 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from boundary.experiment.stream import StreamRequest
-from boundary.retention_policy import Decision, EngineGeometry, RequestBoundaries, Variant, decide
+from boundary.experiment.stream import Continuation, StreamRequest
+from boundary.retention_policy import (
+    Decision,
+    EngineGeometry,
+    RequestBoundaries,
+    SessionVariant,
+    Variant,
+    decide,
+)
 
 ORACLE = "oracle"
 
@@ -41,6 +48,7 @@ def boundaries(
         d_end=max(d_end, request.p_end) if d_end is not None else None,
         round_trip=1.0 if predictor(request) else 0.0,
         horizon=request.horizon,
+        user_turn=request.continuation is not Continuation.TOOL,
     )
 
 
@@ -48,7 +56,7 @@ def boundaries(
 class RetentionPolicy:
     """One variant. ``admission`` / ``finish``: the decision at each phase."""
 
-    variant: Variant
+    variant: Variant | SessionVariant
     predictor: RoundTripPredictor = expected_round_trip
 
     @property
@@ -64,10 +72,15 @@ class RetentionPolicy:
 
 PHASE_ONE = ("main_sparse", "input_end", "decode_end", "both")
 POLICIES = (*PHASE_ONE, "chat_aware", "horizon")
-ALL_NAMES = (*POLICIES, ORACLE)
+# Experiment-only variants (``SessionVariant``: the vLLM plugin cannot hold a state across a
+# session's requests); run only when ``--policies`` names them.
+SESSION_POLICIES = tuple(v.value for v in SessionVariant)
+ALL_NAMES = (*POLICIES, *SESSION_POLICIES, ORACLE)
 
 
 def policy(name: str) -> RetentionPolicy:
+    if name in SESSION_POLICIES:
+        return RetentionPolicy(SessionVariant(name))
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(ALL_NAMES)})")
     return RetentionPolicy(Variant(name))

@@ -21,6 +21,7 @@ from boundary.cache.memory import Entry
 from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
 from boundary.experiment.cost import PrefillCostModel
+from boundary.experiment.pins import SessionPins
 from boundary.experiment.policies import RetentionPolicy
 from boundary.experiment.stream import Stream, StreamRequest
 from boundary.retention_policy import SERVING_ORDER, EngineGeometry, prompt_end_position
@@ -203,6 +204,8 @@ def replay(
     records: list[RequestRecord | None] = [None] * len(requests)
     made: dict[int, list[Entry]] = {}
     previous: dict[str, int] = {}
+    final = {r.session: i for i, r in enumerate(meta)}  # each session's last request
+    pins = SessionPins()
     started = time.perf_counter()
     last = 0.0
     for step, (now, arrival, i) in enumerate(events):
@@ -210,10 +213,14 @@ def replay(
         request = requests[i]
         if not arrival:
             made.setdefault(i, []).extend(cache.finish(request.rid, now, policy.finish(meta[i], geometry)))
+            if final[meta[i].session] == i:
+                pins.release(meta[i].session, now)
         else:
             sr = meta[i]
             before = _before_lookup(cache, requests, previous.get(sr.session), request, made, meta)
-            admission = cache.admit(request, policy.admission(sr, geometry), now)
+            decision = policy.admission(sr, geometry)
+            admission = cache.admit(request, decision, now)
+            pins.admitted(cache, sr, decision, admission.created, now)
             made[i] = list(admission.created)
             previous[sr.session] = i
             records[i] = request_record(sr, admission, oracle[i], meta, cost, before)

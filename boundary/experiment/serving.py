@@ -31,6 +31,7 @@ from enum import StrEnum
 from boundary.cache.hybrid import CacheConfig, HybridPrefixCache
 from boundary.cache.request import CacheRequest
 from boundary.experiment.cost import StepCostModel
+from boundary.experiment.pins import SessionPins
 from boundary.experiment.policies import RetentionPolicy
 from boundary.experiment.replay import RequestRecord, request_record
 from boundary.experiment.scheduler import Admit, Replica, Running, SchedulerConfig, Step
@@ -179,6 +180,7 @@ class _Simulation:
         self.window = math.inf
         self.turns = 0
         self.decode_steps = self.decode_sequences = 0
+        self.pins = SessionPins()
 
     def run(self) -> None:
         for _ in range(min(self.model.concurrency, len(self.sessions))):
@@ -234,9 +236,9 @@ class _Simulation:
         def admit(rid: int, now: float) -> int:
             s, t = self.meta[rid]
             sr = self.sessions[s][t]
-            admission = self.caches[k].admit(
-                self.requests[rid], self.policy.admission(sr, self.geometry), now
-            )
+            decision = self.policy.admission(sr, self.geometry)
+            admission = self.caches[k].admit(self.requests[rid], decision, now)
+            self.pins.admitted(self.caches[k], sr, decision, admission.created, now)
             oracle = self.oracle[rid] if self.oracle else 0
             record = request_record(sr, admission, oracle, self.stream, self.cost.prefill, {})
             record.arrival = now
@@ -280,6 +282,7 @@ class _Simulation:
         if t + 1 < len(self.sessions[si]):
             self._push(now + self.delays[si][t + 1], 1, self.sessions[si][t + 1].rid)
         else:
+            self.pins.release(sr.session, now)
             self._start_session(now)
 
     def done_records(self) -> list[RequestRecord]:

@@ -325,3 +325,24 @@ def test_engine_steps_needs_a_finite_pool():
     with pytest.raises(ValueError, match="capacity must be finite"):
         CacheConfig(geometry(state_pages=1), float("inf"), engine_steps=True)
     CacheConfig(geometry(state_pages=1), 1000.0, engine_steps=True)
+
+
+def test_a_pinned_state_is_never_evicted_and_becomes_evictable_when_unpinned(make_cache):
+    """Capacity 900: request 0 (28 tokens + 1 output) leaves its P_end state (200 bytes) and 3
+    cached blocks (300): 500. Pinned, the state is held; request 1 (a disjoint 28-token prompt)
+    needs 4 blocks + a running state + its own state = 800, so 400 must go: the 3 blocks go
+    (LRU) and then nothing is evictable: one overcommit, the pinned state survives. Unpinned,
+    it is evictable again (in the LRU queue)."""
+    cache = make_cache(capacity=900)
+    replay = Replay(cache)
+    replay.run(SYSTEM + seq(1, 12), [7], "main_sparse")
+    (state,) = cache.live_states()
+    cache.pin(state, now=10.0)
+    assert state not in cache.working.policy
+    replay.clock = 11.0
+    replay.run(seq(300, 28), [7], "main_sparse")
+    assert state.live and cache.working.overcommits == 1
+    assert sum(n for (victim, _), n in cache.stats.evictions.items() if victim == "block") == 3
+    assert not cache.stats.evicted_states
+    cache.unpin(state, now=20.0)
+    assert state in cache.working.policy
