@@ -64,7 +64,9 @@ class HybridPrefixCache:
         budget = config.checkpoint_budget_bytes
         working = config.capacity_bytes - (budget or 0)
         policy = (
-            FreeQueue(int(working // self.geometry.block_bytes)) if config.engine_steps else config.eviction()
+            FreeQueue(int(working // self.geometry.pool_page_bytes), self.geometry.pool_page_bytes)
+            if config.engine_steps
+            else config.eviction()
         )
         self.working = Arena("working", working, policy, self._evicted)
         self.checkpoints = (

@@ -133,6 +133,12 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="load sweep: cache memory per replica (repeatable; with --load-concurrency)",
     )
+    p.add_argument(
+        "--eviction",
+        choices=("engine_steps", "byte_lru"),
+        default="engine_steps",
+        help="equal-capacity eviction: vLLM's block pool page by page (default) or byte-LRU (approximate)",
+    )
     p.add_argument("--load-replicas", type=int, default=1, help="load sweep: engine replicas (default 1)")
     p.add_argument(
         "--load-routing",
@@ -198,6 +204,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--load-replicas", args.load_replicas, 1),
         ("--load-routing", args.load_routing, "session_sticky"),
         ("--max-num-seqs", args.max_num_seqs, 256),
+        ("--eviction", args.eviction, "engine_steps"),
     ):
         if value != default:
             parts += [flag, str(value)]
@@ -320,6 +327,7 @@ def _settings(args: argparse.Namespace) -> tuple[WorkloadOptions, ExperimentConf
         load_replicas=args.load_replicas,
         load_routing=args.load_routing,
         max_num_seqs=args.max_num_seqs,
+        eviction=args.eviction,
     )
     return options, config
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -45,6 +46,23 @@ from boundary.retention_policy import DecodeStates
 GIB = 2**30
 
 
+class Eviction(StrEnum):
+    """How the cache picks victims under equal total capacity. ``engine_steps``: vLLM's block
+    pool page by page (a state one page per recurrent group, a block one per attention group;
+    ``boundary.cache.engine_steps``); ``byte_lru``: one LRU over byte-sized entries, an
+    approximation (the equal checkpoint-byte budget and ``--decode-states unit`` always run
+    it: vLLM has neither a separate state pool nor decode states at every unit)."""
+
+    ENGINE_STEPS = "engine_steps"
+    BYTE_LRU = "byte_lru"
+
+
+def page_by_page(eviction: str, output_at_unit: bool) -> bool:
+    """Whether the cache runs vLLM's block pool page by page: the default, except with
+    decode states at every unit (an engine vLLM is not, which only ``byte_lru`` models)."""
+    return eviction == Eviction.ENGINE_STEPS.value and not output_at_unit
+
+
 class ExperimentConfig(BaseModel):
     """What to run. ``units``: None entries mean the block size (vLLM's default unit)."""
 
@@ -64,6 +82,7 @@ class ExperimentConfig(BaseModel):
     load_capacity_gib: tuple[float, ...] = ()
     load_replicas: int = Field(1, gt=0)
     load_routing: Routing = Routing.SESSION_STICKY
+    eviction: Eviction = Eviction.ENGINE_STEPS
     max_num_seqs: int = Field(256, gt=0)
 
 
@@ -198,6 +217,7 @@ def run_experiment(
 
 
 LOAD_OPTIONS = {
+    "eviction",
     "junction_at_unit",
     "max_chunk_tokens",
     "max_num_seqs",
@@ -296,6 +316,7 @@ def run_unit(
     base_config = CacheConfig(
         geometry,
         config.capacity_gib * GIB,
+        engine_steps=page_by_page(config.eviction, config.output_at_unit),
         junction_at_unit=config.junction_at_unit,
         max_chunk_tokens=config.max_chunk_tokens,
     )
@@ -323,7 +344,7 @@ def run_unit(
     for budget in config.budgets:
         cache_config = base_config
         if budget is BudgetMode.EQUAL_CHECKPOINT_BUDGET:
-            cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes)
+            cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes, engine_steps=False)
         here = _budget_runs(run, cache_config, budget, baseline, names, config.disaggregation, say, runs)
         _add_incremental(here, runs, budget.value)
         metrics += here

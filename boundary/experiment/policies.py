@@ -18,6 +18,7 @@ from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.retention_policy import (
     Decision,
     EngineGeometry,
+    Phase,
     RequestBoundaries,
     SessionVariant,
     Variant,
@@ -68,6 +69,13 @@ class RetentionPolicy:
 
     def finish(self, request: StreamRequest, geometry: EngineGeometry) -> Decision:
         return decide(self.variant, boundaries(request, finished=True, predictor=self.predictor), geometry)
+
+
+def keeps_decode(policy: RetentionPolicy, request: StreamRequest, geometry: EngineGeometry) -> bool:
+    """Whether ``request``'s finish decision keeps an output-side state: under the page-by-page
+    pool (``engine_steps``) its decode boundaries then stay keyed until finish, as the plugin's
+    tentative hold keeps them."""
+    return any(k.phase is Phase.DECODE for k in policy.finish(request, geometry).keeps)
 
 
 PHASE_ONE = ("main_sparse", "input_end", "decode_end", "both")

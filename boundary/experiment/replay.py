@@ -22,7 +22,7 @@ from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.pins import SessionPins
-from boundary.experiment.policies import RetentionPolicy
+from boundary.experiment.policies import RetentionPolicy, keeps_decode
 from boundary.experiment.stream import Stream, StreamRequest
 from boundary.retention_policy import SERVING_ORDER, EngineGeometry, prompt_end_position
 
@@ -219,7 +219,9 @@ def replay(
             sr = meta[i]
             before = _before_lookup(cache, requests, previous.get(sr.session), request, made, meta)
             decision = policy.admission(sr, geometry)
-            admission = cache.admit(request, decision, now)
+            admission = cache.admit(
+                request, decision, now, tentative_decode=keeps_decode(policy, sr, geometry)
+            )
             pins.admitted(cache, sr, decision, admission.created, now)
             made[i] = list(admission.created)
             previous[sr.session] = i

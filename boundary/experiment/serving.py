@@ -32,7 +32,7 @@ from boundary.cache.hybrid import CacheConfig, HybridPrefixCache
 from boundary.cache.request import CacheRequest
 from boundary.experiment.cost import StepCostModel
 from boundary.experiment.pins import SessionPins
-from boundary.experiment.policies import RetentionPolicy
+from boundary.experiment.policies import RetentionPolicy, keeps_decode
 from boundary.experiment.replay import RequestRecord, request_record
 from boundary.experiment.scheduler import Admit, Replica, Running, SchedulerConfig, Step
 from boundary.experiment.stream import Continuation, StreamRequest
@@ -237,7 +237,8 @@ class _Simulation:
             s, t = self.meta[rid]
             sr = self.sessions[s][t]
             decision = self.policy.admission(sr, self.geometry)
-            admission = self.caches[k].admit(self.requests[rid], decision, now)
+            tentative = keeps_decode(self.policy, sr, self.geometry)
+            admission = self.caches[k].admit(self.requests[rid], decision, now, tentative_decode=tentative)
             self.pins.admitted(self.caches[k], sr, decision, admission.created, now)
             oracle = self.oracle[rid] if self.oracle else 0
             record = request_record(sr, admission, oracle, self.stream, self.cost.prefill, {})

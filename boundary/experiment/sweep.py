@@ -78,6 +78,7 @@ def load_sweep(
             config = CacheConfig(
                 geometry,
                 cap * GIB,
+                engine_steps=options["eviction"] == "engine_steps" and not options["output_at_unit"],
                 junction_at_unit=options["junction_at_unit"],
                 max_chunk_tokens=options["max_chunk_tokens"],
             )

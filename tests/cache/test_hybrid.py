@@ -346,3 +346,19 @@ def test_a_pinned_state_is_never_evicted_and_becomes_evictable_when_unpinned(mak
     assert not cache.stats.evicted_states
     cache.unpin(state, now=20.0)
     assert state in cache.working.policy
+
+
+def test_engine_steps_runs_a_state_of_two_pages_beside_one_page_blocks(make_cache):
+    """A state is two pages (two recurrent groups), a block one; a pool of 10 pages of 100
+    bytes. Request 0 (28 prompt tokens, 1 output) keeps P_end at 24: afterwards its 3 full
+    blocks (3 pages) and the state (2 pages) are cached. Request 1 extends it and resumes at
+    24. Request 2, a disjoint 28-token prompt, needs 4 blocks and a running state page by page
+    (the pool's 10 pages minus what request 1 left cached): the LRU head goes first and the
+    pool's invariants hold throughout (checked after every admission and finish)."""
+    cache = make_cache(geometry(state_pages=2), capacity=1000, engine_steps=True)
+    replay = Replay(cache)
+    replay.run(SYSTEM + seq(1, 12), [7], "main_sparse")
+    assert cache.working.policy.pages(cache.geometry.state_bytes) == 2
+    assert replay.run([*SYSTEM, *seq(1, 12), 7, *seq(50, 3)], [8], "main_sparse").hit.joint == 24
+    replay.run(seq(300, 28), [7], "main_sparse")
+    assert sum(cache.stats.evictions.values()) > 0 and cache.working.overcommits == 0

@@ -114,7 +114,7 @@ def test_an_unknown_workload_or_policy_is_a_one_line_error(capsys, tmp_path):
         (
             ["--policies", "main_sparse,lru_only"],
             "--policies: unknown policy 'lru_only' (valid: main_sparse, input_end, decode_end, both, "
-            "chat_aware, horizon, oracle)",
+            "chat_aware, horizon, chain_fallback, oracle)",
         ),
         (["--budget", "equal_cost"], "--budget: unknown budget mode 'equal_cost'"),
     ],

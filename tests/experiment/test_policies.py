@@ -203,7 +203,7 @@ def stream_request(**kw) -> StreamRequest:
 
 def test_a_stream_request_reaches_the_policy_with_its_verdict_and_horizon():
     r = stream_request(tool_call=True, horizon=120)
-    assert boundaries(r, finished=False) == RequestBoundaries(95, 90, None, 1.0, 120)
+    assert boundaries(r, finished=False) == RequestBoundaries(95, 90, None, 1.0, 120, user_turn=True)
     assert boundaries(r, finished=True).d_end == 149
     assert boundaries(stream_request(tool_call=True, round_trip=False), finished=True).round_trip == 0.0
     assert policy("chat_aware").finish(r, G) == decide("chat_aware", boundaries(r, finished=True), G)

@@ -77,6 +77,21 @@ def scope(result: ExperimentResult) -> str:
     return text + "."
 
 
+def eviction_line(cfg: dict[str, Any]) -> str:
+    """Which eviction model each budget mode ran (``harness.page_by_page``)."""
+    paged = cfg.get("eviction", "byte_lru") == "engine_steps" and not cfg.get("output_at_unit")
+    equal = (
+        "vLLM's block pool page by page (a state one page per recurrent group, a block one per "
+        "attention group, victims from the free queue's head)"
+        if paged
+        else "byte-LRU over whole entries (an approximation of vLLM's block pool)"
+    )
+    return (
+        f"  - eviction: equal_capacity runs {equal}; equal_checkpoint_budget runs byte-LRU in two "
+        "arenas (an approximation: vLLM has no separate state pool)."
+    )
+
+
 def load_assumptions(c: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
     """The serving model's GPU assumptions (``boundary.experiment.calibration``)."""
     step = c.get("step")
@@ -120,6 +135,7 @@ def assumptions(s: dict[str, Any], c: dict[str, Any], cfg: dict[str, Any] | None
         "so every policy replays the same interleaving (the load sweep runs its own clock)."
     )
     lines += load_assumptions(c, cfg or {})
+    lines.append(eviction_line(cfg or {}))
     if s.get("system_prompt") == "per_session":
         lines.append(
             "  - per_session system prompts: each session gets its own system text, but the tools block "
