@@ -21,6 +21,7 @@ from boundary.experiment.cost import StepCostModel
 from boundary.experiment.load import saturated, saturation_points, summary
 from boundary.experiment.policies import policy
 from boundary.experiment.presets import QWEN3_5_35B_A3B
+from boundary.experiment.replay import BudgetMode
 from boundary.experiment.scheduler import Replica, Running, SchedulerConfig
 from boundary.experiment.serving import LoadModel, Routing, client_delays, serve
 from boundary.experiment.stream import Continuation, Stream, StreamRequest, cache_requests
@@ -207,3 +208,34 @@ def test_a_step_costs_overhead_decode_batch_and_prefill_flops():
     """0.5 + (1 + 0 x 3) + 2000 / 1000 = 3.5 s; an empty step costs nothing."""
     assert COST.seconds(3, 2000.0) == pytest.approx(3.5)
     assert COST.seconds(0, 0.0) == 0.0
+
+
+def test_the_load_sweep_reports_every_point_labels_saturation_and_states_its_assumptions():
+    from boundary.experiment.harness import ExperimentConfig, run_experiment
+    from boundary.experiment.report import markdown
+    from tests.experiment.conftest import synthetic_stream
+
+    config = ExperimentConfig(
+        units=(16,),
+        policies=("main_sparse", "input_end", "both"),
+        budgets=(BudgetMode.EQUAL_CAPACITY,),
+        disaggregation=False,
+        load_concurrency=(2, 48),
+        load_capacity_gib=(2.0,),
+        max_num_seqs=8,
+    )
+    result = run_experiment(synthetic_stream(12), QWEN3_5_35B_A3B, config)
+    points = result.units[0].load_sweep
+    assert [(p["concurrency"], p["policy"]) for p in points] == [
+        (c, n) for c in (2, 48) for n in ("main_sparse", "input_end", "both")
+    ]
+    for p in points:
+        load = p["load"]
+        assert load["ttft_p50_seconds"] <= load["ttft_p95_seconds"] <= load["ttft_p99_seconds"]
+        assert load["full_batch"] <= 8 and p["overcommits"] == 0
+    assert not any(p["load"]["saturated"] for p in points if p["concurrency"] == 2)
+    assert all(p["load"]["saturated"] for p in points if p["concurrency"] == 48)  # 8 sequences at most
+    report = markdown(result)
+    assert "Families (GPU assumptions)" in report and "load model (GPU assumptions" in report
+    assert report.count("**saturated**") == 3 + report.count("A point is **saturated**")
+    assert "| main_sparse @ 2 GiB | 2 | 48 |" in report
