@@ -45,9 +45,12 @@ def unloaded_seconds(
 
 
 def engine_seconds(record: RequestRecord, output_tokens: int, cost: StepCostModel, batch: int) -> float:
-    """``record``'s share of a replica's time at a full batch of ``batch`` sequences."""
+    """``record``'s share of a replica's time at a full batch of ``batch`` sequences: its
+    prefill from the joint hit (the step that ends it samples the first token) and its share
+    of ``output_tokens - 1`` decode steps."""
     step = cost.constants.step_overhead_seconds + cost.decode_seconds(batch)
-    return cost.prefill.seconds(record.joint, record.prompt_tokens) + output_tokens * step / batch
+    prefill = cost.prefill.seconds(record.joint, record.prompt_tokens)
+    return prefill + max(output_tokens - 1, 0) * step / batch
 
 
 def full_batch(run: ServingRun, output_tokens: list[int]) -> int:

@@ -132,7 +132,9 @@ def test_one_closed_loop_session_is_timed_step_by_step():
     state at floor(1999 / 16) * 16 = 1984: one step 0.5 + (3000 - 1984) / 1000 = 1.516 s, its
     only output token at 7.016. The user has no session left at 7.016: the window.
     Offered: 1 user / (mean delay 0 + mean unloaded latency (5.5 + 1.516) / 2 = 3.508) = 0.2851
-    req/s; throughput 2 / 7.016 = 0.2851: not saturated."""
+    req/s; throughput 2 / 7.016 = 0.2851: not saturated. Capacity at the fullest batch (1
+    user: 1): engine-seconds 2.0 + 2 x 1.5 = 5.0 and 1.016 + 0 = 1.016, mean 3.008: 0.3324
+    req/s."""
     run = _serve(_two_turns(), LoadModel(concurrency=1, think_time=0.0, tool_latency=0.0))
     assert [r.joint for r in run.records] == [0, 1984]
     t0, t1 = run.timings
@@ -145,6 +147,8 @@ def test_one_closed_loop_session_is_timed_step_by_step():
     assert s["offered_requests_per_second"] == pytest.approx(1 / 3.508)
     assert s["request_throughput_per_second"] == pytest.approx(2 / 7.016)
     assert s["saturated"] is False
+    assert s["full_batch"] == 1
+    assert s["capacity_requests_per_second"] == pytest.approx(1 / 3.008)
 
 
 def _two_sessions() -> list[StreamRequest]:
