@@ -78,6 +78,17 @@ def test_a_step_decodes_first_then_continues_prefills_then_admits_first_come_fir
     assert r.complete(s3, 3.0) == [a] and r.running == []
 
 
+def test_decode_tokens_come_out_of_the_step_budget_before_prefill_chunks():
+    """Budget 10: a decoding sequence takes 1 token, so a waiting 20-token prompt gets a
+    9-token chunk [0, 9), not 10."""
+    r = replica(10, 4)
+    d = Running(0, 0.0, 2, 5, computed=2, produced=1)
+    r.running.append(d)
+    r.waiting.append(Running(1, 0.0, 20, 1))
+    step = r.plan(0.0)
+    assert step.decode == [d] and [(lo, hi) for _, lo, hi in step.chunks] == [(0, 9)]
+
+
 def test_admission_starts_at_the_cache_hit_and_respects_max_num_seqs_and_memory():
     """Request 0 hits 8 of its 10 prompt tokens: its chunk is [8, 10). With max_num_seqs 1 the
     second request waits; with room for one reserve of 5 bytes in 8, so does it."""
