@@ -61,9 +61,9 @@ def chain() -> list[StreamRequest]:
     return [r0, r1, r2]
 
 
-def _replay(name: str):
+def _replay(name: str, **config):
     """Unit 1, a 64-token block (no block twin below 64, no whole block), decode states at
-    every unit, unlimited memory."""
+    every unit, unlimited memory unless ``config`` says otherwise."""
     g = geometry(block=64, unit=1)
     stream = Stream("chain", {}, chain())
     requests = cache_requests(stream, 1)
@@ -73,7 +73,7 @@ def _replay(name: str):
         stream,
         requests,
         policy(name),
-        CacheConfig(g, float("inf")),
+        CacheConfig(g, **{"capacity_bytes": float("inf"), **config}),
         PrefillCostModel(QWEN3_5_35B_A3B),
         oracle,
         budget=BudgetMode.EQUAL_CAPACITY,
@@ -110,3 +110,17 @@ def test_the_chains_first_u_end_serves_the_next_user_turn_two_requests_later():
         "decode_end": {"previous": 1, "two_back": 0, "older": 0, "other_session": 0},
         "input_end": {"previous": 0, "two_back": 1, "older": 0, "other_session": 0},
     }
+
+
+def test_the_held_u_end_is_executed_by_the_page_by_page_pool_too():
+    """Under engine_steps (a 100-page pool, a state two pages) the pin holds and releases
+    through the same free queue; the pool's invariants hold after every event and r2 still
+    resumes from r0's held U_end, two requests old. The pool keeps decode states only at block
+    boundaries (vLLM's), so r0's D_end at 24 inside the 64-token block is not kept and r1 too
+    resumes from r0's U_end at 15, the previous request."""
+    run = _replay("chain_fallback", capacity_bytes=10_000.0, engine_steps=True)
+    assert [(r.joint, r.served_by, r.producer_age) for r in run.records] == [
+        (0, None, None),
+        (15, "input_end", "previous"),
+        (15, "input_end", "two_back"),
+    ]
