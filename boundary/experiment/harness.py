@@ -299,6 +299,17 @@ def _describe(model: ModelDescription) -> dict[str, Any]:
     }
 
 
+def _cache_config(config: ExperimentConfig, geometry: CacheGeometry) -> CacheConfig:
+    """The equal-capacity cache of ``config`` at ``geometry`` (``page_by_page`` eviction)."""
+    return CacheConfig(
+        geometry,
+        config.capacity_gib * GIB,
+        engine_steps=page_by_page(config.eviction, config.output_at_unit),
+        junction_at_unit=config.junction_at_unit,
+        max_chunk_tokens=config.max_chunk_tokens,
+    )
+
+
 def run_unit(
     stream: Stream,
     geometry: CacheGeometry,
@@ -313,13 +324,7 @@ def run_unit(
     requests = cache_requests(stream, geometry.unit)
     events = event_order(requests)
     oracle_hits = replay_oracle(requests, geometry.unit, events)
-    base_config = CacheConfig(
-        geometry,
-        config.capacity_gib * GIB,
-        engine_steps=page_by_page(config.eviction, config.output_at_unit),
-        junction_at_unit=config.junction_at_unit,
-        max_chunk_tokens=config.max_chunk_tokens,
-    )
+    base_config = _cache_config(config, geometry)
     decode_states = DecodeStates.UNIT if config.output_at_unit else DecodeStates.BLOCK
 
     def run(name: str, cache_config: CacheConfig, budget: BudgetMode) -> Run:
