@@ -62,6 +62,20 @@ class Variant(StrEnum):
 PHASE_ONE = (Variant.MAIN_SPARSE, Variant.INPUT_END, Variant.DECODE_END, Variant.BOTH)
 
 
+class SessionVariant(StrEnum):
+    """Variants whose keeps outlive the request: their executor must hold a state across a
+    session's requests. The cache model of the experiment does; the vLLM plugin does not
+    (it has no session clock), so these are experiment-only and not in ``Variant``.
+
+    ``chain_fallback``: D_end on every request, and U_end only where the prompt ends in a user
+    message, held (not evictable) until the session's next user turn arrives. In a reasoning
+    tool chain the reasoning is stripped once the next user turn arrives, so the chain's
+    D_ends stop matching and the useful fallback is the chain's first U_end, two or more
+    requests old."""
+
+    CHAIN_FALLBACK = "chain_fallback"
+
+
 class StateKind(StrEnum):
     """What a kept state stands for (values shared with ``boundary.checkpoints.CheckpointKind``)."""
 
@@ -118,6 +132,8 @@ class RequestBoundaries:
     at the tokens the request computed). ``round_trip``: the probability that the output re-renders token
     for token into the next request (None: unknown, counted as 0). ``horizon``: the stability
     horizon, possibly past P_end (the engine caps it at D_end); None: not predicted.
+    ``user_turn``: the prompt ends in a user message (None: unknown; only
+    ``SessionVariant`` decisions read it).
 
     Invariant: ``u_end <= p_end <= d_end`` where given; ``p_end >= 1``.
     """
@@ -127,6 +143,7 @@ class RequestBoundaries:
     d_end: int | None = None
     round_trip: float | None = None
     horizon: int | None = None
+    user_turn: bool | None = None
 
     def __post_init__(self) -> None:
         if self.p_end < 1 or (self.u_end is not None and not 0 <= self.u_end <= self.p_end):
@@ -144,6 +161,7 @@ class Keep:
     position: int
     kinds: tuple[StateKind, ...]
     phase: Phase
+    until_next_user_turn: bool = False  # held, not evictable, until the session's next user turn
 
     @property
     def kind(self) -> StateKind:
@@ -311,8 +329,12 @@ def _chosen(variant: Variant, b: RequestBoundaries, g: EngineGeometry) -> list[_
     return [] if best is None else [best]
 
 
-def decide(variant: Variant | str, request: RequestBoundaries, geometry: EngineGeometry) -> Decision:
+def decide(
+    variant: Variant | SessionVariant | str, request: RequestBoundaries, geometry: EngineGeometry
+) -> Decision:
     """The states ``request`` keeps under ``variant`` on ``geometry`` (see the module doc)."""
+    if variant in tuple(SessionVariant):
+        return _chain_fallback(request, geometry)
     v = Variant(variant)
     kinds: dict[int, tuple[list[StateKind], Phase]] = {}
 
@@ -328,6 +350,22 @@ def decide(variant: Variant | str, request: RequestBoundaries, geometry: EngineG
     if geometry.upstream_twin:
         keep(upstream_position(request.p_end, geometry), StateKind.PROMPT_END_BLOCK, Phase.PREFILL)
     return Decision(tuple(Keep(p, tuple(k), phase) for p, (k, phase) in sorted(kinds.items())))
+
+
+def _chain_fallback(b: RequestBoundaries, g: EngineGeometry) -> Decision:
+    """``SessionVariant.CHAIN_FALLBACK``: ``decode_end``'s decision, plus U_end held until the
+    next user turn on a request whose prompt ends in a user message."""
+    base = decide(Variant.DECODE_END, b, g).keeps
+    if not b.user_turn:
+        return Decision(base)
+    u = _input_end(b, g)
+    if u.kind is not StateKind.INPUT_END or u.position <= 0:
+        return Decision(base)
+    keeps = {k.position: k for k in base}
+    at = keeps.get(u.position)
+    kinds = (StateKind.INPUT_END, *(at.kinds if at else ()))
+    keeps[u.position] = Keep(u.position, kinds, Phase.PREFILL, until_next_user_turn=True)
+    return Decision(tuple(keeps[p] for p in sorted(keeps)))
 
 
 def check_phases(admission: Decision, finish: Decision) -> None:

@@ -188,6 +188,12 @@ class CacheGeometry:
         return self.page_bytes * self.group_size * self.attention_groups
 
     @property
+    def pool_page_bytes(self) -> int:
+        """One block id of vLLM's pool: a page in each of the ``group_size`` shared tensors. An
+        attention block takes ``attention_groups`` of them, a state ``recurrent_groups``."""
+        return self.page_bytes * self.group_size
+
+    @property
     def state_bytes(self) -> int:
         """One recurrent state (every recurrent layer, padded pages)."""
         return self.page_bytes * self.group_size * self.recurrent_groups

@@ -76,7 +76,11 @@ class FreePage:
 
 class FreeQueue:
     """vLLM's ``FreeKVCacheBlockQueue`` over equal-size pages: free pages and evictable cached
-    entries in one queue, allocations take the head.
+    entries in one queue, allocations take the head. An entry may span several pages
+    (``pages``): a state of three recurrent groups is three pages; when it is taken for an
+    allocation that needs fewer, the rest become free pages at the head (the pages vLLM
+    would take next: a state's group pages are freed together and sit side by side, and a
+    state missing one group's page can no longer be hit).
 
     ``BlockPool.free_blocks`` appends a freed cached block to the tail (LRU) and prepends a
     freed uncached one to the head (reused first); ``BlockPool.evict_blocks`` un-keys a block
@@ -86,12 +90,19 @@ class FreeQueue:
     entries are the pool's free blocks.
     """
 
-    __slots__ = ("_slots",)
+    __slots__ = ("_slots", "page_bytes")
 
-    def __init__(self, free_pages: int = 0) -> None:
+    def __init__(self, free_pages: int = 0, page_bytes: int = 0) -> None:
         self._slots: OrderedDict[Entry | FreePage, None] = OrderedDict(
             (FreePage(), None) for _ in range(free_pages)
         )
+        self.page_bytes = page_bytes
+
+    def pages(self, nbytes: int) -> int:
+        """Pages an entry of ``nbytes`` takes (``page_bytes`` 0: every entry is one page). A
+        recurrent state takes one page per recurrent group, an attention block one per
+        attention group (vLLM allocates a block id per group from the one pool)."""
+        return max(1, nbytes // self.page_bytes) if self.page_bytes else 1
 
     def release(self, entry: Entry, now: float) -> None:
         self._slots[entry] = None
@@ -105,19 +116,20 @@ class FreeQueue:
     def victim(self) -> Entry | None:
         return next((e for e in self._slots if not isinstance(e, FreePage)), None)
 
-    def free_page(self) -> None:
-        """An uncached page was freed: it is reused first."""
-        page = FreePage()
-        self._slots[page] = None
-        self._slots.move_to_end(page, last=False)
+    def free_page(self, count: int = 1) -> None:
+        """``count`` uncached pages were freed: they are reused first."""
+        for _ in range(count):
+            page = FreePage()
+            self._slots[page] = None
+            self._slots.move_to_end(page, last=False)
 
     def hollow(self, entry: Entry) -> None:
-        """``entry`` lost its keys while evictable: a free page takes its place."""
+        """``entry`` lost its keys while evictable: its free pages take its place."""
         if entry not in self._slots:
             return
         items = list(self._slots)
         at = items.index(entry)
-        items[at] = FreePage()
+        items[at : at + 1] = [FreePage() for _ in range(self.pages(entry.nbytes))]
         self._slots = OrderedDict((e, None) for e in items)
 
     def take(self) -> Entry | FreePage | None:

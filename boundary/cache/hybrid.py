@@ -13,7 +13,10 @@ LRU order.
 
 Two budget modes: one arena for blocks and states (vLLM's single block pool: equal total
 capacity), or a separate arena of ``checkpoint_budget`` bytes for retained states (an equal
-admitted checkpoint-byte budget), the rest for blocks and running states.
+admitted checkpoint-byte budget), the rest for blocks and running states. Under a budget a
+new retained state evicts unheld retained states least recently used first, and is refused
+(not created, ``stats.budget_refusals``) when the states in-flight requests hold leave no
+room: retained states never exceed the budget (``checkpoints.overcommits`` stays 0).
 
 ``engine_steps`` (one arena of equal-size pages) replays a request as vLLM 0.33.0's block pool
 runs it, page by page (``boundary.cache.engine_steps``), for eviction that picks vLLM's
@@ -48,7 +51,7 @@ class HybridPrefixCache:
     Invariants (``check_invariants``): every key in either index maps to live entries that
     carry it, and back; a state's single key names exactly the prefix of its position; each
     arena's ``used`` is the sum of its live entries; an entry's ``refs`` equals the number of
-    in-flight requests holding it; held entries are never evictable; unheld live entries are
+    in-flight requests holding it plus its pins; held entries are never evictable; unheld live entries are
     cached (uncached ones are freed on release).
     """
 
@@ -61,7 +64,9 @@ class HybridPrefixCache:
         budget = config.checkpoint_budget_bytes
         working = config.capacity_bytes - (budget or 0)
         policy = (
-            FreeQueue(int(working // self.geometry.block_bytes)) if config.engine_steps else config.eviction()
+            FreeQueue(int(working // self.geometry.pool_page_bytes), self.geometry.pool_page_bytes)
+            if config.engine_steps
+            else config.eviction()
         )
         self.working = Arena("working", working, policy, self._evicted)
         self.checkpoints = (
@@ -74,6 +79,7 @@ class HybridPrefixCache:
         }
         self._in_flight: dict[int, InFlight] = {}
         self._next_eid = 0
+        self._pinned: Counter[int] = Counter()  # state eid -> pins (``pin``)
         self._engine = EngineSteps(self)
 
     # -- replay ---------------------------------------------------------------------------
@@ -137,9 +143,10 @@ class HybridPrefixCache:
                 continue  # never computed (a caller's D_end past the computed tokens)
             alias = self.geometry.fine_grained and keep.position % self.geometry.block_size != 0
             planned = PlannedState(keep.position, tuple(k.value for k in keep.kinds), alias, False)
-            state = self._create_state(planned, request, flight.table, now)
-            created.append(state)
-            flight.states.append(state)
+            decoded = self._admit_state(planned, request, flight.table, now)
+            if decoded is not None:
+                created.append(decoded)
+                flight.states.append(decoded)
         for state in sorted(flight.states, key=lambda e: -e.position):
             self._release(state, now)
         for block in reversed(flight.table):
@@ -147,6 +154,20 @@ class HybridPrefixCache:
         if flight.scratch is not None:
             self._release(flight.scratch, now)
         return tuple(created)
+
+    def pin(self, state: Entry, now: float) -> None:
+        """Hold ``state`` beyond its creator (a keep held until the session's next user turn)
+        until ``unpin``: a pinned state is never evicted."""
+        self._advance(now)
+        self.checkpoints.hold(state, now)
+        self._pinned[state.eid] += 1
+
+    def unpin(self, state: Entry, now: float) -> None:
+        self._advance(now)
+        self._pinned[state.eid] -= 1
+        if not self._pinned[state.eid]:
+            del self._pinned[state.eid]
+        self._release(state, now)
 
     def close(self, now: float) -> None:
         """Account occupancy up to ``now`` (the end of the replay)."""
@@ -196,7 +217,9 @@ class HybridPrefixCache:
         for planned in plan.states:
             if planned.in_prompt:
                 recached += self._cached_already(planned, request)
-                created.append(self._create_state(planned, request, table, now))
+                state = self._admit_state(planned, request, table, now)
+                if state is not None:
+                    created.append(state)
         flight = InFlight(request, table, held_states + created, scratch, decision, created)
         self._in_flight[request.rid] = flight
         wanted = [s.position for s in created if s.position < request.num_prompt_tokens]
@@ -230,6 +253,20 @@ class HybridPrefixCache:
             hit.joint, n, g, junction=hit.junction, stops=wanted, max_chunk_tokens=chunk
         )
         return len(stopped) - len(native)
+
+    def _admit_state(
+        self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
+    ) -> Entry | None:
+        """``_create_state`` under the checkpoint budget's admission rule: with a budget, a state
+        is admitted only if it fits beside the states in-flight requests hold (unheld ones are
+        evicted LRU to make room); otherwise it is not created, and the refusal is counted
+        under its kind. Retained states therefore never exceed the budget."""
+        if self.checkpoints is not self.working:
+            held = sum(e.nbytes for e in self.checkpoints.charged if e.refs)
+            if held + self.geometry.state_bytes > self.checkpoints.capacity:
+                self.stats.budget_refusals[planned.kinds[0] if planned.kinds else "unlabelled"] += 1
+                return None
+        return self._create_state(planned, request, table, now)
 
     def _create_state(
         self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
@@ -316,6 +353,7 @@ class HybridPrefixCache:
                 expected[flight.scratch.eid] += 1
         for e in self._engine.step_end:
             expected[e.eid] += 1
+        expected.update(self._pinned)
         arenas = {id(self.working): self.working, id(self.checkpoints): self.checkpoints}
         state_bytes = block_bytes = 0
         for arena in arenas.values():

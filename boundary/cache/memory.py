@@ -83,11 +83,7 @@ class Arena:
         """Charge ``entry``, evicting victims first until it fits (with a ``FreeQueue``: take
         the queue's head page, evicting it if it is a cached entry, as vLLM's block pool does)."""
         if isinstance(self.policy, FreeQueue):
-            head = self.policy.take()
-            if head is None:
-                self.overcommits += 1
-            elif not isinstance(head, FreePage):
-                self.evict(head, now, cause)
+            self._take_pages(self.policy, entry, now, cause)
             self._charge(entry)
             return
         need = self.used + entry.nbytes - self.capacity
@@ -99,6 +95,22 @@ class Arena:
             self.evict(victim, now, cause)
             need -= victim.nbytes
         self._charge(entry)
+
+    def _take_pages(self, queue: FreeQueue, entry: Entry, now: float, cause: EntryKind) -> None:
+        """Take ``entry``'s pages from the queue's head, evicting cached entries found there;
+        pages of an evicted entry beyond the need go back to the head as free pages."""
+        need, got = queue.pages(entry.nbytes), 0
+        while got < need:
+            head = queue.take()
+            if head is None:
+                self.overcommits += 1
+                return
+            if isinstance(head, FreePage):
+                got += 1
+            else:
+                self.evict(head, now, cause)
+                got += queue.pages(head.nbytes)
+        queue.free_page(got - need)
 
     def _charge(self, entry: Entry) -> None:
         self.used += entry.nbytes
@@ -131,7 +143,7 @@ class Arena:
         else:
             self.free(entry)
             if isinstance(self.policy, FreeQueue):
-                self.policy.free_page()
+                self.policy.free_page(self.policy.pages(entry.nbytes))
 
     def uncache(self, entry: Entry) -> None:
         """An unheld entry lost its keys (vLLM ``evict_blocks`` on a free block): freed where it

@@ -44,9 +44,8 @@ class CacheConfig:
         budget = self.checkpoint_budget_bytes
         if budget is not None and not 0 < budget < self.capacity_bytes:
             raise ValueError(f"checkpoint budget {budget} must be inside (0, capacity {self.capacity_bytes})")
-        g = self.geometry
-        if self.engine_steps and (budget is not None or g.block_bytes != g.state_bytes):
-            raise ValueError("engine_steps models vLLM's one block pool: one arena of equal-size pages")
+        if self.engine_steps and budget is not None:
+            raise ValueError("engine_steps models vLLM's one block pool: no separate checkpoint budget")
         if self.engine_steps and not math.isfinite(self.capacity_bytes):
             raise ValueError(
                 "engine_steps models a block pool of a fixed number of pages: capacity must be finite"
@@ -95,6 +94,7 @@ class CacheStats:
     created: Counter[str] = field(default_factory=Counter)
     state_hits: Counter[str] = field(default_factory=Counter)
     dropped_states: int = 0  # prompt-side states a finish decision no longer kept
+    budget_refusals: Counter[str] = field(default_factory=Counter)  # states the budget had no room for
     evicted_states: list[Entry] = field(default_factory=list)
     state_bytes: int = 0
     state_bytes_by_kind: Counter[str] = field(default_factory=Counter)  # by a state's primary kind

@@ -40,13 +40,18 @@ class PlannedState:
 @dataclass(frozen=True, slots=True)
 class RetentionPlan:
     """``candidates``: states considered (the junction counts as one); ``collapsed``: the
-    policy's candidates that share a materialized position with another one (several kinds
-    on one ``Keep``); ``covered``: candidates at or below the joint hit (nothing to create)."""
+    policy's own candidates that share a materialized position with another of them (several
+    kinds on one ``Keep``, P_end's block twin aside); ``on_twin``: the policy's candidates on
+    the twin's position; ``junction_on_kept``: 1 when the junction lands on a position the
+    decision keeps (a state it keeps anyway); ``covered``: candidates at or below the joint
+    hit (nothing to create)."""
 
     states: tuple[PlannedState, ...]
     candidates: int
     collapsed: int
     covered: int
+    on_twin: int = 0
+    junction_on_kept: int = 0
 
 
 def plan_retention(
@@ -61,7 +66,7 @@ def plan_retention(
     unit, block = geometry.unit, geometry.block_size
     kinds: dict[int, list[str]] = {}
     aliases: set[int] = set()
-    candidates = collapsed = covered = 0
+    candidates = collapsed = covered = on_twin = junction_on_kept = 0
 
     def keep(position: int, kind: str) -> None:
         at = kinds.setdefault(position, [])
@@ -69,8 +74,10 @@ def plan_retention(
             at.append(kind)
 
     for k in decision.keeps:
+        own = [kind for kind in k.kinds if kind is not StateKind.PROMPT_END_BLOCK]
         candidates += len(k.kinds)
-        collapsed += len(k.kinds) - 1
+        collapsed += max(len(own) - 1, 0)
+        on_twin += len(own) if len(own) < len(k.kinds) else 0
         if k.position <= joint:
             covered += len(k.kinds)
             continue
@@ -83,7 +90,7 @@ def plan_retention(
         floored = junction // block * block
         primary = junction // unit * unit if junction_at_unit else floored
         if primary in kinds:
-            collapsed += 1
+            junction_on_kept += 1
         for position in {floored, primary}:
             if position > joint:
                 keep(position, StateKind.REACTIVE.value)
@@ -98,7 +105,7 @@ def plan_retention(
         )
         for p, k in sorted(kinds.items())
     )
-    return RetentionPlan(states, candidates, collapsed, covered)
+    return RetentionPlan(states, candidates, collapsed, covered, on_twin, junction_on_kept)
 
 
 def _in_prompt(decision: Decision, position: int, num_prompt_tokens: int) -> bool:

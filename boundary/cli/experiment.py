@@ -84,7 +84,7 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policies",
         default=POLICIES,
-        help=f"comma-separated (default: {POLICIES})",
+        help=f"comma-separated (default: {POLICIES}; experiment-only: chain_fallback)",
     )
     p.add_argument(
         "--budget",
@@ -131,7 +131,26 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         "--load-capacity-gib",
         type=float,
         action="append",
-        help="load sweep: cache memory (repeatable; with --load-concurrency)",
+        help="load sweep: cache memory per replica (repeatable; with --load-concurrency)",
+    )
+    p.add_argument(
+        "--eviction",
+        choices=("engine_steps", "byte_lru"),
+        default="engine_steps",
+        help="equal-capacity eviction: vLLM's block pool page by page (default) or byte-LRU (approximate)",
+    )
+    p.add_argument("--load-replicas", type=int, default=1, help="load sweep: engine replicas (default 1)")
+    p.add_argument(
+        "--load-routing",
+        choices=("session_sticky", "round_robin"),
+        default="session_sticky",
+        help="load sweep: how the router picks a replica (default session_sticky)",
+    )
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=256,
+        help="load sweep: the scheduler's max_num_seqs (its token budget is the chunk size, 8192)",
     )
     p.add_argument("--seed", type=int, default=0)
 
@@ -181,6 +200,14 @@ def command_line(args: argparse.Namespace) -> str:
     ):
         for value in values or ():
             parts += [flag, f"{value:g}"]
+    for flag, value, default in (
+        ("--load-replicas", args.load_replicas, 1),
+        ("--load-routing", args.load_routing, "session_sticky"),
+        ("--max-num-seqs", args.max_num_seqs, 256),
+        ("--eviction", args.eviction, "engine_steps"),
+    ):
+        if value != default:
+            parts += [flag, str(value)]
     if args.policies != POLICIES:
         parts += ["--policies", args.policies]
     for flag, value in (("--json", args.json_out), ("--report", args.report), ("--title", args.title)):
@@ -199,6 +226,8 @@ def validate(args: argparse.Namespace) -> None:
         ("--concurrency", [args.concurrency]),
         ("--load-concurrency", args.load_concurrency or ()),
         ("--load-capacity-gib", args.load_capacity_gib or ()),
+        ("--load-replicas", [args.load_replicas]),
+        ("--max-num-seqs", [args.max_num_seqs]),
         ("--sessions", [] if args.sessions is None else [args.sessions]),
         ("--synthetic-sessions", [args.synthetic_sessions]),
         (
@@ -295,6 +324,10 @@ def _settings(args: argparse.Namespace) -> tuple[WorkloadOptions, ExperimentConf
         output_at_unit=args.decode_states == "unit",
         load_concurrency=tuple(args.load_concurrency or ()),
         load_capacity_gib=tuple(args.load_capacity_gib or ()),
+        load_replicas=args.load_replicas,
+        load_routing=args.load_routing,
+        max_num_seqs=args.max_num_seqs,
+        eviction=args.eviction,
     )
     return options, config
 

@@ -16,9 +16,12 @@ measurement: no queueing, no kernel launch overhead, no memory-bound phases.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from boundary.cache.accounting import ModelDescription
+from boundary.experiment.calibration import ASSUMED_H200, StepConstants
 
 H200_BF16_DENSE_FLOPS = 989e12
 
@@ -63,3 +66,61 @@ class PrefillCostModel:
             "utilization": self.utilization,
             "decode_seconds_per_token": self.decode_seconds_per_token,
         }
+
+
+@dataclass(frozen=True, slots=True)
+class StepCostModel:
+    """One scheduler step's time (``boundary.experiment.calibration``): overhead, the decode
+    batch's memory-bound cost, the prefill chunks' FLOPs at the prefill model's rate."""
+
+    prefill: PrefillCostModel
+    constants: StepConstants = ASSUMED_H200
+
+    def decode_seconds(self, batch: int) -> float:
+        """The decode part of a step that advances ``batch`` sequences by one token each."""
+        c = self.constants
+        return c.decode_base_seconds + c.decode_seconds_per_sequence * batch if batch > 0 else 0.0
+
+    def seconds(self, decode: int, prefill_flops: float) -> float:
+        """A step with ``decode`` decoding sequences and ``prefill_flops`` of prefill chunks
+        (0 for an empty step)."""
+        if decode <= 0 and prefill_flops <= 0:
+            return 0.0
+        p = self.prefill
+        return (
+            self.constants.step_overhead_seconds
+            + self.decode_seconds(decode)
+            + prefill_flops / (p.peak_flops * p.utilization)
+        )
+
+    def prefill_tokens_per_second(self, context: int = 0) -> float:
+        """Prefill rate for one token at ``context`` earlier positions (the header's figure)."""
+        return 1.0 / self.prefill.seconds(context, context + 1)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.constants.describe(),
+            "prefill_tokens_per_second_at_0": self.prefill_tokens_per_second(0),
+            "prefill_tokens_per_second_at_32k": self.prefill_tokens_per_second(32768),
+        }
+
+
+def family_assumptions(models: Iterable[ModelDescription], utilization: float) -> list[dict[str, Any]]:
+    """Per model: one recurrent state's bytes (unpadded), the same in KV tokens (a state costs
+    as much memory as that many tokens of attention KV), the prefill rate at context 0 and its
+    source; every report header lists them."""
+    out = []
+    for m in models:
+        prefill = PrefillCostModel(m, utilization=utilization)
+        out.append(
+            {
+                "model": m.name,
+                "recurrent_kind": m.recurrent.kind.value,
+                "state_bytes": m.recurrent_state_bytes,
+                "kv_bytes_per_token": m.kv_bytes_per_token,
+                "state_in_kv_tokens": m.recurrent_state_bytes / m.kv_bytes_per_token,
+                "prefill_tokens_per_second": 1.0 / prefill.seconds(0, 1),
+                "source": m.source,
+            }
+        )
+    return out

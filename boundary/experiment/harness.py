@@ -1,7 +1,7 @@
 """The experiment: one stream, every policy, both budget modes, one or more units.
 
 For each ``prefix_match_unit``: hash the stream once, replay the oracle, replay
-``main_sparse`` under equal total capacity (it is the baseline, and its mean retained-state
+``main_sparse`` under equal total capacity (it is the baseline, and its peak retained-state
 bytes become the equal checkpoint-byte budget unless one is given), then every policy under
 every budget mode, each also replayed with prefill/decode disaggregation (no output reuse)
 for the consumability metric.
@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,10 +20,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from boundary.cache.accounting import CacheGeometry, ModelDescription, geometry_for_unit, minimum_block_size
 from boundary.cache.hybrid import CacheConfig
 from boundary.cache.retention import engine_geometry
-from boundary.experiment.cost import PrefillCostModel
-from boundary.experiment.metrics import incremental, run_metrics, slice_summary
-from boundary.experiment.plan import second_checkpoint_verdict
+from boundary.experiment.calibration import step_constants
+from boundary.experiment.cost import PrefillCostModel, StepCostModel, family_assumptions
+from boundary.experiment.metrics import run_metrics, slice_summary
+from boundary.experiment.plan import (
+    incremental_hit_rate,
+    logical_candidates_on_one_state,
+    second_checkpoint_verdict,
+)
 from boundary.experiment.policies import ORACLE, POLICIES, policy
+from boundary.experiment.presets import PRESETS
 from boundary.experiment.replay import (
     BudgetMode,
     RequestRecord,
@@ -31,11 +38,29 @@ from boundary.experiment.replay import (
     replay,
     replay_oracle,
 )
+from boundary.experiment.serving import Routing
 from boundary.experiment.stream import Stream, cache_requests
 from boundary.experiment.sweep import load_sweep
 from boundary.retention_policy import DecodeStates
 
 GIB = 2**30
+
+
+class Eviction(StrEnum):
+    """How the cache picks victims under equal total capacity. ``engine_steps``: vLLM's block
+    pool page by page (a state one page per recurrent group, a block one per attention group;
+    ``boundary.cache.engine_steps``); ``byte_lru``: one LRU over byte-sized entries, an
+    approximation (the equal checkpoint-byte budget and ``--decode-states unit`` always run
+    it: vLLM has neither a separate state pool nor decode states at every unit)."""
+
+    ENGINE_STEPS = "engine_steps"
+    BYTE_LRU = "byte_lru"
+
+
+def page_by_page(eviction: str, output_at_unit: bool) -> bool:
+    """Whether the cache runs vLLM's block pool page by page: the default, except with
+    decode states at every unit (an engine vLLM is not, which only ``byte_lru`` models)."""
+    return eviction == Eviction.ENGINE_STEPS.value and not output_at_unit
 
 
 class ExperimentConfig(BaseModel):
@@ -55,6 +80,10 @@ class ExperimentConfig(BaseModel):
     disaggregation: bool = True
     load_concurrency: tuple[float, ...] = ()
     load_capacity_gib: tuple[float, ...] = ()
+    load_replicas: int = Field(1, gt=0)
+    load_routing: Routing = Routing.SESSION_STICKY
+    eviction: Eviction = Eviction.ENGINE_STEPS
+    max_num_seqs: int = Field(256, gt=0)
 
 
 class UnitResult(BaseModel):
@@ -67,6 +96,7 @@ class UnitResult(BaseModel):
     checkpoint_budget_bytes: float
     oracle: dict[str, Any]
     runs: list[dict[str, Any]]
+    logical_candidates_on_one_state: dict[str, Any] = Field(default_factory=dict)
     load_sweep: list[dict[str, Any]] = Field(default_factory=list)
 
 
@@ -81,6 +111,7 @@ class ExperimentResult(BaseModel):
     cost_model: dict[str, Any]
     config: dict[str, Any]
     units: list[UnitResult]
+    unit1_oracle: dict[str, int] = Field(default_factory=dict)
 
     def run(self, policy: str, budget: str, unit: int | None = None) -> dict[str, Any]:
         block = self.units[0] if unit is None else next(u for u in self.units if u.unit == unit)
@@ -161,18 +192,9 @@ def run_experiment(
         )
         for unit in config.units
     ]
+    finest = _add_unit1_shares(stream, units)
     if config.load_concurrency and config.load_capacity_gib:
-        first = config.units[0] or minimum_block_size(model)
-        units[0].load_sweep = load_sweep(
-            stream,
-            geometry_for_unit(model, first),
-            cost,
-            names,
-            concurrency=config.load_concurrency,
-            capacity_gib=config.load_capacity_gib,
-            options=config.model_dump(include={"junction_at_unit", "max_chunk_tokens", "output_at_unit"}),
-            say=say,
-        )
+        units[0].load_sweep = _load_sweep(stream, model, config, cost, names, say)
     return ExperimentResult(
         stream={
             **stream.provenance,
@@ -183,10 +205,84 @@ def run_experiment(
             "output_tokens": sum(r.output_tokens for r in stream.requests),
         },
         model=_describe(model),
-        cost_model=cost.describe(),
+        cost_model={
+            **cost.describe(),
+            "step": StepCostModel(cost, step_constants(model.name)).describe(),
+            "families": family_assumptions(PRESETS.values(), cost.utilization),
+        },
         config=config.model_dump(mode="json"),
         units=units,
+        unit1_oracle=finest,
     )
+
+
+LOAD_OPTIONS = {
+    "eviction",
+    "junction_at_unit",
+    "max_chunk_tokens",
+    "max_num_seqs",
+    "output_at_unit",
+    "load_replicas",
+    "load_routing",
+}
+
+
+def _load_sweep(
+    stream: Stream,
+    model: ModelDescription,
+    config: ExperimentConfig,
+    cost: PrefillCostModel,
+    names: list[str],
+    say: Progress,
+) -> list[dict[str, Any]]:
+    """The closed-loop load sweep at the first unit (``sweep.load_sweep``)."""
+    return load_sweep(
+        stream,
+        geometry_for_unit(model, config.units[0] or minimum_block_size(model)),
+        cost,
+        names,
+        concurrency=config.load_concurrency,
+        capacity_gib=config.load_capacity_gib,
+        options=config.model_dump(include=LOAD_OPTIONS),
+        say=say,
+    )
+
+
+SLICES = ("hit_rate", "first_continuation", "steady_state")
+
+
+def _add_unit1_shares(stream: Stream, units: list[UnitResult]) -> dict[str, int]:
+    """Every run's and oracle's ``reused_over_unit1_oracle``; returns the unit-1 oracle."""
+    finest = unit1_oracle_tokens(stream, units)
+    for u in units:
+        for metrics in (*u.runs, u.oracle):
+            metrics["reused_over_unit1_oracle"] = over_unit1_oracle(metrics, finest)
+    return finest
+
+
+def unit1_oracle_tokens(stream: Stream, units: list[UnitResult]) -> dict[str, int]:
+    """The unit-1 oracle's reusable tokens per slice (``SLICES``): from the unit-1 result when
+    one ran, else replayed here. Every coarser unit's reuse is also a share of these."""
+    done = next((u for u in units if u.unit == 1), None)
+    if done is not None:
+        return {s: done.oracle[s]["oracle_tokens"] for s in SLICES}
+    requests = cache_requests(stream, 1)
+    hits = replay_oracle(requests, 1, event_order(requests))
+    turns = [r.turn for r in stream.requests]
+    return {
+        "hit_rate": sum(hits),
+        "first_continuation": sum(h for h, t in zip(hits, turns, strict=True) if t == 1),
+        "steady_state": sum(h for h, t in zip(hits, turns, strict=True) if t >= 2),
+    }
+
+
+def over_unit1_oracle(metrics: dict[str, Any], finest: dict[str, int]) -> dict[str, float | None]:
+    """A run's (or an oracle's) reused tokens per slice over the unit-1 oracle's."""
+    out: dict[str, float | None] = {}
+    for s in SLICES:
+        reused, total = metrics[s]["reused_tokens"], finest[s]
+        out[s] = reused / total if total else None
+    return out
 
 
 def _describe(model: ModelDescription) -> dict[str, Any]:
@@ -203,6 +299,17 @@ def _describe(model: ModelDescription) -> dict[str, Any]:
     }
 
 
+def _cache_config(config: ExperimentConfig, geometry: CacheGeometry) -> CacheConfig:
+    """The equal-capacity cache of ``config`` at ``geometry`` (``page_by_page`` eviction)."""
+    return CacheConfig(
+        geometry,
+        config.capacity_gib * GIB,
+        engine_steps=page_by_page(config.eviction, config.output_at_unit),
+        junction_at_unit=config.junction_at_unit,
+        max_chunk_tokens=config.max_chunk_tokens,
+    )
+
+
 def run_unit(
     stream: Stream,
     geometry: CacheGeometry,
@@ -212,18 +319,12 @@ def run_unit(
     say: Progress,
     keep_runs: dict[tuple[int, str, str], Run] | None = None,
 ) -> UnitResult:
-    """Every policy under every budget mode at one unit (the checkpoint-byte budget:
-    ``_checkpoint_budget_bytes``)."""
+    """Every policy under every budget mode at one unit (budget: ``_checkpoint_budget_bytes``)."""
     say(f"unit {geometry.unit} (block {geometry.block_size}): hashing {len(stream)} requests")
     requests = cache_requests(stream, geometry.unit)
     events = event_order(requests)
     oracle_hits = replay_oracle(requests, geometry.unit, events)
-    base_config = CacheConfig(
-        geometry,
-        config.capacity_gib * GIB,
-        junction_at_unit=config.junction_at_unit,
-        max_chunk_tokens=config.max_chunk_tokens,
-    )
+    base_config = _cache_config(config, geometry)
     decode_states = DecodeStates.UNIT if config.output_at_unit else DecodeStates.BLOCK
 
     def run(name: str, cache_config: CacheConfig, budget: BudgetMode) -> Run:
@@ -248,7 +349,7 @@ def run_unit(
     for budget in config.budgets:
         cache_config = base_config
         if budget is BudgetMode.EQUAL_CHECKPOINT_BUDGET:
-            cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes)
+            cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes, engine_steps=False)
         here = _budget_runs(run, cache_config, budget, baseline, names, config.disaggregation, say, runs)
         _add_incremental(here, runs, budget.value)
         metrics += here
@@ -262,16 +363,25 @@ def run_unit(
         checkpoint_budget_bytes=budget_bytes,
         oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost)),
         runs=metrics,
+        logical_candidates_on_one_state=_candidates(stream, geometry, decode_states),
     )
 
 
+def _candidates(stream: Stream, geometry: CacheGeometry, decode_states: DecodeStates) -> dict[str, Any]:
+    """Q13 at this unit, where the policy sees decode states (``plan``)."""
+    return logical_candidates_on_one_state(stream.requests, engine_geometry(geometry, decode_states))
+
+
 def _checkpoint_budget_bytes(config: ExperimentConfig, baseline: Run, geometry: CacheGeometry) -> float:
-    """The equal checkpoint-byte budget: ``checkpoint_budget_gib`` if set, else
-    main_sparse's mean retained-state bytes under equal capacity (``baseline``), at least one
-    state and at most 90% of the capacity (so blocks keep some room)."""
+    """The equal checkpoint-byte budget B: ``checkpoint_budget_gib`` if set, else
+    main_sparse's *peak* retained-state bytes under equal capacity (``baseline``: so the
+    baseline keeps what it kept), at least one state and at most 90% of the capacity (so
+    blocks keep some room). Every policy's retained states then share at most B bytes
+    (``HybridPrefixCache``'s admission rule: LRU eviction, refusal when held states fill it)."""
     if config.checkpoint_budget_gib is not None:
         return config.checkpoint_budget_gib * GIB
-    return min(max(baseline.mean_state_bytes, float(geometry.state_bytes)), 0.9 * (config.capacity_gib * GIB))
+    peak = float(baseline.stats.peak_state_bytes)
+    return min(max(peak, float(geometry.state_bytes)), 0.9 * (config.capacity_gib * GIB))
 
 
 def _budget_runs(
@@ -284,28 +394,32 @@ def _budget_runs(
     say: Progress,
     runs: dict[tuple[str, str], Run],
 ) -> list[dict[str, Any]]:
-    """Every policy under one budget mode (main_sparse first: the others' baseline); each run
-    lands in ``runs`` by ``(budget, policy)``."""
-    metrics = []
-    baseline_here = baseline
-    for name in ["main_sparse", *[p for p in names if p != "main_sparse"]]:
+    """Every policy under one budget mode, replayed first (main_sparse, the others' baseline,
+    then decode_end, Q4's counterfactual), then measured in ``names`` order; each run lands in
+    ``runs`` by ``(budget, policy)``."""
+    splits: dict[str, Run | None] = {}
+    order = ["main_sparse", "decode_end", *names]
+    for name in dict.fromkeys(n for n in order if n in names or n == "main_sparse"):
         if name == "main_sparse" and budget is BudgetMode.EQUAL_CAPACITY:
             result = baseline
         else:
             say(f"  {name} / {budget.value}")
             result = run(name, cache_config, budget)
-        if name == "main_sparse":
-            baseline_here = result
-        split = run(name, replace(cache_config, output_reuse=False), budget) if disaggregation else None
-        if name in names:
-            metrics.append(run_metrics(result, baseline_here, split))
+        splits[name] = (
+            run(name, replace(cache_config, output_reuse=False), budget) if disaggregation else None
+        )
         runs[(budget.value, name)] = result
-    return metrics
+    here, decode_only = runs[(budget.value, "main_sparse")], runs.get((budget.value, "decode_end"))
+    return [
+        run_metrics(runs[(budget.value, name)], here, splits[name], decode_only=decode_only) for name in names
+    ]
 
 
 def _add_incremental(metrics: list[dict[str, Any]], runs: dict[tuple[str, str], Run], budget: str) -> None:
     """``both``'s second checkpoint against each single endpoint: the incremental hit rate
-    and saved work, and the plan's Q10 verdict (saved work minus work lost to its evictions)."""
+    (tokens the checkpoint the single policy lacks served, over the oracle's), the saved work
+    (``both``'s avoided FLOPs minus the single policy's: FLOPs add up, ratios do not) and
+    the plan's Q10 verdict (saved work minus work lost to its evictions)."""
     by_name = {m["policy"]: m for m in metrics}
     if "both" not in by_name:
         return
@@ -313,11 +427,14 @@ def _add_incremental(metrics: list[dict[str, Any]], runs: dict[tuple[str, str], 
     both["incremental_hit_rate"] = {}
     both["incremental_saved_work"] = {}
     both["second_checkpoint_verdict"] = {}
+    added = {"input_end": "decode_end", "decode_end": "input_end"}
     for single in ("input_end", "decode_end"):
         if single in by_name:
-            delta = incremental(both, by_name[single])
-            both["incremental_hit_rate"][f"over_{single}"] = delta["reused_over_oracle"]
-            both["incremental_saved_work"][f"over_{single}"] = delta["saved_work_flops"]
+            records = runs[(budget, "both")].records
+            both["incremental_hit_rate"][f"over_{single}"] = incremental_hit_rate(records, added[single])
+            both["incremental_saved_work"][f"over_{single}"] = (
+                both["avoided_prefill_flops"] - by_name[single]["avoided_prefill_flops"]
+            )
             both["second_checkpoint_verdict"][f"over_{single}"] = second_checkpoint_verdict(
                 runs[(budget, "both")], runs[(budget, single)]
             )

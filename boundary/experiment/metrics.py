@@ -17,23 +17,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from boundary.experiment import plan
-from boundary.experiment.load import prefill_queue
+from boundary.experiment.aggregate import percentile as _percentile
+from boundary.experiment.aggregate import ratio as _ratio
 from boundary.experiment.replay import ProducerAge, RequestRecord, Run
 
 KINDS = ("prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block")
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
-
-
-def _percentile(values: Sequence[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
 
 
 def slice_summary(records: Sequence[RequestRecord]) -> dict[str, Any]:
@@ -56,10 +44,13 @@ def _counts(values: Iterable[str | None], keys: Sequence[str], none: str = "none
     return {k: c.get(k, 0) for k in (*keys, none)}
 
 
-def run_metrics(run: Run, baseline: Run | None, disaggregated: Run | None = None) -> dict[str, Any]:
+def run_metrics(
+    run: Run, baseline: Run | None, disaggregated: Run | None = None, *, decode_only: Run | None = None
+) -> dict[str, Any]:
     """The metrics of one run; ``baseline``: main_sparse under the same budget (None when
     ``run`` is that baseline's own counterfactual); ``disaggregated``: the same policy replayed
-    with prefill/decode disaggregation (no output reuse)."""
+    with prefill/decode disaggregation (no output reuse); ``decode_only``: the decode_end run
+    under the same budget (Q4's counterfactual: D_end kept, no U_end to fall back on)."""
     recs = run.records
     out: dict[str, Any] = {
         "policy": run.policy,
@@ -70,9 +61,10 @@ def run_metrics(run: Run, baseline: Run | None, disaggregated: Run | None = None
         "prompt_tokens": sum(r.prompt_tokens for r in recs),
     }
     out |= _reuse(recs, baseline)
+    out["after_junction"] = plan.after_junction(recs, baseline, run.stats.created.get("reactive", 0))
     out |= _memory(run)
     out |= _engine(run, disaggregated)
-    out |= _derived(run)
+    out |= _derived(run, decode_only)
     return out
 
 
@@ -96,6 +88,7 @@ def _reuse(recs: list[RequestRecord], baseline: Run | None) -> dict[str, Any]:
             "mean_flooring_loss_tokens": statistics.fmean(losses) if losses else None,
         },
         "producer_age": _counts((r.producer_age for r in recs), [a.value for a in ProducerAge]),
+        "producer_age_by_kind": plan.producer_age_by_kind(recs),
         "attention_matched_tokens": sum(r.attention for r in recs),
         "recurrent_matched_tokens": sum(r.recurrent for r in recs),
         "joint_matched_tokens": sum(r.joint for r in recs),
@@ -109,15 +102,13 @@ def _reuse(recs: list[RequestRecord], baseline: Run | None) -> dict[str, Any]:
             "p50": _percentile(ttft, 0.5),
             "p90": _percentile(ttft, 0.9),
         },
-        "load": prefill_queue(recs).summary(),
         "hit_rate": slice_summary(recs),
         "first_continuation": slice_summary(first),
         "steady_state": slice_summary(steady),
         "first_continuation_by_kind": {
             k: slice_summary([r for r in first if r.continuation == k]) for k in ("tool", "user")
         },
-        "unreachable_prompt_end_first_continuations": plan.unreachable_prompt_end(recs),
-        "after_junction": plan.after_junction(recs, baseline),
+        "unreachable_prompt_end_first_continuations": plan.unreachable_prompt_end(recs, baseline),
         "additional_matched_tokens_after_branch_learned": extra(steady),
         "reactive_branch_learning_misses": sum(r.junction > r.joint for r in recs),
         "reactive_branch_learning_lost_tokens": sum(
@@ -151,6 +142,7 @@ def _memory(run: Run) -> dict[str, Any]:
             else _ratio(mean_state, run.checkpoint_budget_bytes),
         },
         "overcommits": run.overcommits,
+        "checkpoint_budget": plan.checkpoint_budget(run),
     }
 
 
@@ -160,10 +152,12 @@ def _engine(run: Run, disaggregated: Run | None) -> dict[str, Any]:
     joint = sum(r.joint for r in recs)
     return {
         "snapshot_bytes": sum(run.stats.created.values()) * g.state_bytes,
-        "materialization_bytes": sum(r.joint % g.block_size != 0 for r in recs) * g.block_bytes,
+        "materialization_bytes": plan.materialization_bytes(run),
         "extra_scheduler_steps": sum(r.forced_splits for r in recs),
         "forced_scheduler_splits": sum(r.forced_splits for r in recs),
         "duplicate_candidates": sum(r.collapsed for r in recs),
+        "candidates_on_twin": sum(r.on_twin for r in recs),
+        "junctions_on_kept_states": sum(r.junction_on_kept for r in recs),
         "recached_states": sum(r.recached for r in recs),
         "pd_states": plan.pd_states(recs, disaggregated),
         "disaggregated_consumability": _ratio(
@@ -175,20 +169,20 @@ def _engine(run: Run, disaggregated: Run | None) -> dict[str, Any]:
     }
 
 
-def _derived(run: Run) -> dict[str, Any]:
+def _derived(run: Run, decode_only: Run | None) -> dict[str, Any]:
     """The derived rates (Q2, Q3, Q4 and per-byte yields)."""
-    recs, mean_state = run.records, run.mean_state_bytes
+    recs = run.records
     continuations = [r for r in recs if r.turn >= 1]
-    decode_served = [r for r in continuations if r.served_by == "decode_end"]
     previous = [
         r
         for r in continuations
         if r.served_by in ("input_end", "decode_end") and r.producer_age == ProducerAge.PREVIOUS.value
     ]
-    fallback = plan.input_end_fallback(recs)
+    reuse = plan.decode_end_reuse(recs)
+    fallback = plan.input_end_fallback(recs, decode_only)
     return {
-        "decode_end_hit_rate": _ratio(len(decode_served), len(continuations)),
-        "decode_end_hits_by_continuation": dict(Counter(r.continuation for r in decode_served)),
+        "decode_end_hit_rate": reuse["rate"],
+        "decode_end_hits_by_continuation": reuse["by_continuation"],
         "input_end_fallback": fallback,
         "input_end_fallback_rate": fallback["rate"],
         "input_end_share_of_previous_endpoint_hits": _ratio(
@@ -197,22 +191,6 @@ def _derived(run: Run) -> dict[str, Any]:
         "first_continuation_effective_hit_rate": slice_summary([r for r in recs if r.turn == 1])[
             "reused_over_oracle"
         ],
-        "saved_prompt_tokens_per_retained_state_byte": _ratio(sum(r.joint for r in recs), mean_state),
-        "saved_prefill_work_per_retained_state_byte": _ratio(sum(r.avoided_flops for r in recs), mean_state),
+        **plan.per_retained_state_byte(run),
         "replay_wall_seconds": run.wall_seconds,
-    }
-
-
-def incremental(both: dict[str, Any], single: dict[str, Any]) -> dict[str, float | None]:
-    """What ``both``'s second checkpoint adds over a single-endpoint run."""
-
-    def delta(a: float | None, b: float | None) -> float | None:
-        return None if a is None or b is None else a - b
-
-    return {
-        "hit_rate": delta(both["hit_rate"]["hit_rate"], single["hit_rate"]["hit_rate"]),
-        "reused_over_oracle": delta(
-            both["hit_rate"]["reused_over_oracle"], single["hit_rate"]["reused_over_oracle"]
-        ),
-        "saved_work_flops": delta(both["avoided_prefill_flops"], single["avoided_prefill_flops"]),
     }

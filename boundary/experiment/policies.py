@@ -14,11 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from boundary.experiment.stream import StreamRequest
+from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.retention_policy import (
     Decision,
     EngineGeometry,
+    Phase,
     RequestBoundaries,
+    SessionVariant,
     Variant,
     capped_d_end,
     decide,
@@ -48,6 +50,7 @@ def boundaries(
         d_end=d_end,
         round_trip=1.0 if predictor(request) else 0.0,
         horizon=request.horizon,
+        user_turn=request.continuation is not Continuation.TOOL,
     )
 
 
@@ -55,7 +58,7 @@ def boundaries(
 class RetentionPolicy:
     """One variant. ``admission`` / ``finish``: the decision at each phase."""
 
-    variant: Variant
+    variant: Variant | SessionVariant
     predictor: RoundTripPredictor = expected_round_trip
 
     @property
@@ -69,12 +72,24 @@ class RetentionPolicy:
         return decide(self.variant, boundaries(request, finished=True, predictor=self.predictor), geometry)
 
 
+def keeps_decode(policy: RetentionPolicy, request: StreamRequest, geometry: EngineGeometry) -> bool:
+    """Whether ``request``'s finish decision keeps an output-side state: under the page-by-page
+    pool (``engine_steps``) its decode boundaries then stay keyed until finish, as the plugin's
+    tentative hold keeps them."""
+    return any(k.phase is Phase.DECODE for k in policy.finish(request, geometry).keeps)
+
+
 PHASE_ONE = ("main_sparse", "input_end", "decode_end", "both")
 POLICIES = (*PHASE_ONE, "chat_aware", "horizon")
-ALL_NAMES = (*POLICIES, ORACLE)
+# Experiment-only variants (``SessionVariant``: the vLLM plugin cannot hold a state across a
+# session's requests); run only when ``--policies`` names them.
+SESSION_POLICIES = tuple(v.value for v in SessionVariant)
+ALL_NAMES = (*POLICIES, *SESSION_POLICIES, ORACLE)
 
 
 def policy(name: str) -> RetentionPolicy:
+    if name in SESSION_POLICIES:
+        return RetentionPolicy(SessionVariant(name))
     if name not in POLICIES:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(ALL_NAMES)})")
     return RetentionPolicy(Variant(name))

@@ -17,14 +17,14 @@ from typing import Any
 
 from boundary.cache.accounting import CacheGeometry
 from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPrefixCache
-from boundary.cache.lookup import Hit
 from boundary.cache.memory import Entry
 from boundary.cache.oracle import OracleCache
 from boundary.cache.request import CacheRequest
 from boundary.experiment.cost import PrefillCostModel
-from boundary.experiment.policies import RetentionPolicy
+from boundary.experiment.pins import SessionPins
+from boundary.experiment.policies import RetentionPolicy, keeps_decode
 from boundary.experiment.stream import Stream, StreamRequest
-from boundary.retention_policy import SERVING_ORDER, EngineGeometry
+from boundary.retention_policy import SERVING_ORDER, EngineGeometry, prompt_end_position
 
 
 class BudgetMode(StrEnum):
@@ -50,9 +50,11 @@ class RequestRecord:
     ``retained_prev``: its states still cached; ``matched_prev``: those whose prefix id this
     prompt carries (hash-matched, before the last prompt token); ``prefill_side_prev``: the
     matched ones at or before the producer's prompt end (what a prefill worker holds under
-    strict disaggregation). ``prompt_end_unreachable``: this prompt shares neither P_end's
-    materialized position nor its block twin with the previous request (None: first request);
-    ``prompt_end_position_unreachable``: the same for P_end's own position, the twin aside.
+    strict disaggregation). ``prompt_end_materialized``: the previous request's P_end state
+    exists (it materializes at a position > 0; None: first request); ``prompt_end_unreachable``:
+    it exists and its tokens are not a prefix of this prompt (its block twin aside).
+    ``on_twin``: the policy's candidates that landed on P_end's block twin;
+    ``junction_on_kept``: the junction landed on a state the policy keeps anyway.
     ``junction_present``: a reactive junction state on this prompt's prefix (at a block
     boundary) was cached at lookup: the branch had been observed and its junction kept."""
 
@@ -83,9 +85,11 @@ class RequestRecord:
     retained_prev: tuple[str, ...] = ()
     matched_prev: tuple[str, ...] = ()
     prefill_side_prev: tuple[str, ...] = ()
+    prompt_end_materialized: bool | None = None
     prompt_end_unreachable: bool | None = None
-    prompt_end_position_unreachable: bool | None = None
     junction_present: bool = False
+    on_twin: int = 0
+    junction_on_kept: int = 0
 
     @classmethod
     def of(cls, request: StreamRequest, cost: PrefillCostModel, joint: int, **outcome: Any) -> RequestRecord:
@@ -130,6 +134,7 @@ class Run:
     lifetimes: list[float] = field(default_factory=list)
     survivors: int = 0
     survivor_ages: list[float] = field(default_factory=list)
+    budget_exceedances: int | None = None  # allocations past the checkpoint budget (None: no budget)
 
     @property
     def mean_state_bytes(self) -> float:
@@ -199,6 +204,8 @@ def replay(
     records: list[RequestRecord | None] = [None] * len(requests)
     made: dict[int, list[Entry]] = {}
     previous: dict[str, int] = {}
+    final = {r.session: i for i, r in enumerate(meta)}  # each session's last request
+    pins = SessionPins()
     started = time.perf_counter()
     last = 0.0
     for step, (now, arrival, i) in enumerate(events):
@@ -206,13 +213,19 @@ def replay(
         request = requests[i]
         if not arrival:
             made.setdefault(i, []).extend(cache.finish(request.rid, now, policy.finish(meta[i], geometry)))
+            if final[meta[i].session] == i:
+                pins.release(meta[i].session, now)
         else:
             sr = meta[i]
             before = _before_lookup(cache, requests, previous.get(sr.session), request, made, meta)
-            admission = cache.admit(request, policy.admission(sr, geometry), now)
+            decision = policy.admission(sr, geometry)
+            admission = cache.admit(
+                request, decision, now, tentative_decode=keeps_decode(policy, sr, geometry)
+            )
+            pins.admitted(cache, sr, decision, admission.created, now)
             made[i] = list(admission.created)
             previous[sr.session] = i
-            records[i] = _record(sr, admission, admission.hit, oracle[i], meta, cost, before)
+            records[i] = request_record(sr, admission, oracle[i], meta, cost, before)
         if check_every and step % check_every == 0:
             cache.check_invariants()
     cache.close(last)
@@ -252,6 +265,7 @@ def _run(
         lifetimes=lifetimes,
         survivors=len(live),
         survivor_ages=[last - e.created_at for e in live],
+        budget_exceedances=cache.checkpoints.overcommits if cache.checkpoints is not cache.working else None,
     )
 
 
@@ -300,28 +314,28 @@ def _before_lookup(
             if e.position <= meta[prev].num_prompt_tokens:
                 prefill.update(e.labels)
     producer = requests[prev]
-    p_last = producer.num_prompt_tokens - 1
-    own = _reachable(request, producer, p_last // g.unit * g.unit, g.unit)
-    unreachable = not (own or _reachable(request, producer, p_last // g.block_size * g.block_size, g.unit))
+    p_state = prompt_end_position(producer.num_prompt_tokens, g.unit)
     return {
         "retained_prev": tuple(sorted(retained)),
         "matched_prev": tuple(sorted(matched)),
         "prefill_side_prev": tuple(sorted(prefill)),
-        "prompt_end_unreachable": unreachable,
-        "prompt_end_position_unreachable": not own,
+        "prompt_end_materialized": p_state > 0,
+        "prompt_end_unreachable": p_state > 0 and not _reachable(request, producer, p_state, g.unit),
         "junction_present": junction,
     }
 
 
-def _record(
+def request_record(
     sr: StreamRequest,
     admission: Admission,
-    hit: Hit,
     oracle: int,
     meta: Sequence[StreamRequest],
     cost: PrefillCostModel,
     before: dict[str, Any],
 ) -> RequestRecord:
+    """``sr``'s record from its admission (``meta``: the stream by ``rid``; ``before``: what
+    ``_before_lookup`` saw, or nothing)."""
+    hit = admission.hit
     state = hit.state
     age = loss = from_output = None
     served = serving_kind(state)
@@ -362,6 +376,8 @@ def _record(
         states_created=len(admission.plan.states),
         candidates=admission.plan.candidates,
         collapsed=admission.plan.collapsed,
+        on_twin=admission.plan.on_twin,
+        junction_on_kept=admission.plan.junction_on_kept,
         recached=admission.recached,
         forced_splits=admission.forced_splits,
         **before,

@@ -1,12 +1,13 @@
 """The load sweep: concurrency × capacity, every policy, one unit, equal total capacity.
 
-For each concurrency the stream's sessions are interleaved again (``arrivals.interleave``:
-a Poisson session start rate giving that many active sessions); for each
-capacity every policy replays the result, and its records go through the prefill queue
-(``boundary.experiment.load``). A point carries the reuse, the queued TTFT, request and
-input-token throughput, the cache residency and, for ``both``, the second checkpoint's
-verdict over ``input_end`` (``plan.second_checkpoint_verdict``): where its eviction cost
-overtakes its reuse.
+For each concurrency, ``concurrency`` closed-loop users run the stream's sessions through
+the serving model (``boundary.experiment.serving``: a router, replicas with continuous
+batching and chunked prefill, one prefix cache per replica of ``capacity`` each), once per
+policy; ``boundary.experiment.load`` summarizes each run (TTFT p50 / p95 / p99, throughput,
+offered load against capacity, saturated or not). A point also carries the reuse (over the
+oracle replayed on the uncontended schedule of ``arrivals.interleave``), the cache residency
+and, for ``both``, the second checkpoint's verdict over ``input_end``
+(``plan.second_checkpoint_verdict``): where its eviction cost overtakes its reuse.
 
 A workload has a fixed number of sessions; to reach a concurrency near or above it, the sweep
 adds *tenants*: ``ceil(2 * concurrency / sessions)`` copies of every session, each copy's first
@@ -25,13 +26,17 @@ from typing import Any
 
 from boundary.cache.accounting import CacheGeometry
 from boundary.cache.hybrid import CacheConfig
+from boundary.cache.request import CacheRequest
 from boundary.cache.retention import engine_geometry
 from boundary.experiment.arrivals import interleave
-from boundary.experiment.cost import PrefillCostModel
-from boundary.experiment.load import prefill_queue
+from boundary.experiment.calibration import step_constants
+from boundary.experiment.cost import PrefillCostModel, StepCostModel
+from boundary.experiment.load import summary
 from boundary.experiment.plan import second_checkpoint_verdict
 from boundary.experiment.policies import policy
-from boundary.experiment.replay import BudgetMode, Run, event_order, replay, replay_oracle
+from boundary.experiment.replay import event_order, replay_oracle
+from boundary.experiment.scheduler import SchedulerConfig
+from boundary.experiment.serving import LoadModel, Routing, ServingRun, serve
 from boundary.experiment.stream import Stream, StreamRequest, cache_requests
 from boundary.retention_policy import DecodeStates
 
@@ -50,45 +55,69 @@ def load_sweep(
     say: Callable[[str], None],
 ) -> list[dict[str, Any]]:
     """One point per (concurrency, capacity, policy). ``options``: ``junction_at_unit``,
-    ``max_chunk_tokens``, ``output_at_unit`` as in ``ExperimentConfig``."""
+    ``max_chunk_tokens`` (the scheduler's token budget), ``max_num_seqs``, ``output_at_unit``,
+    ``load_replicas`` and ``load_routing`` as in ``ExperimentConfig``; ``capacity_gib`` is
+    each replica's cache."""
     base = list(stream.sessions().values())
     seed = int(stream.provenance.get("seed") or 0)
     states = DecodeStates.UNIT if options["output_at_unit"] else DecodeStates.BLOCK
+    steps = StepCostModel(cost, step_constants(cost.model.name))
+    scheduler = SchedulerConfig(
+        max_num_batched_tokens=options["max_chunk_tokens"], max_num_seqs=options["max_num_seqs"]
+    )
     points: list[dict[str, Any]] = []
     for c in concurrency:
         sessions = tenants(base, math.ceil(2 * c / max(len(base), 1)))
-        timed = Stream(stream.name, stream.provenance, interleave(sessions, cost, concurrency=c, seed=seed))
-        requests = cache_requests(timed, geometry.unit)
-        events = event_order(requests)
-        oracle = replay_oracle(requests, geometry.unit, events)
+        timed, requests, oracle = _timed(stream, sessions, geometry.unit, cost, c, seed)
+        outputs = [r.output_tokens for r in timed.requests]
+        model = LoadModel(
+            int(c), options["load_replicas"], Routing(options["load_routing"]), scheduler, seed=seed
+        )
         for cap in capacity_gib:
             say(f"  load: concurrency {c:g}, {cap:g} GiB")
             config = CacheConfig(
                 geometry,
                 cap * GIB,
+                engine_steps=options["eviction"] == "engine_steps" and not options["output_at_unit"],
                 junction_at_unit=options["junction_at_unit"],
                 max_chunk_tokens=options["max_chunk_tokens"],
             )
-            runs: dict[str, Run] = {}
+            runs: dict[str, ServingRun] = {}
             for name in names:
-                runs[name] = replay(
-                    timed,
+                run = serve(
+                    timed.requests,
                     requests,
                     policy(name),
                     config,
-                    cost,
+                    engine_geometry(geometry, states),
+                    steps,
+                    model,
                     oracle,
-                    budget=BudgetMode.EQUAL_CAPACITY,
-                    events=events,
-                    geometry=engine_geometry(geometry, states),
                 )
-                points.append(_point(runs[name], c, cap, sum(oracle)))
-            if "both" in runs and "input_end" in runs:
-                verdict = second_checkpoint_verdict(runs["both"], runs["input_end"])
-                next(p for p in reversed(points) if p["policy"] == "both")["second_checkpoint_verdict"] = (
-                    verdict
-                )
+                runs[name] = run
+                points.append(_point(run, c, cap, sum(oracle), summary(run, outputs, steps)))
+                if name == "both" and "input_end" in runs:
+                    points[-1]["second_checkpoint_verdict"] = second_checkpoint_verdict(
+                        run, runs["input_end"]
+                    )
     return points
+
+
+def _timed(
+    stream: Stream,
+    sessions: list[list[StreamRequest]],
+    unit: int,
+    cost: PrefillCostModel,
+    concurrency: float,
+    seed: int,
+) -> tuple[Stream, list[CacheRequest], list[int]]:
+    """``sessions`` on the uncontended schedule (``rid`` == index), as the cache sees them, and
+    the oracle's reuse replayed on that schedule."""
+    timed = Stream(
+        stream.name, stream.provenance, interleave(sessions, cost, concurrency=concurrency, seed=seed)
+    )
+    requests = cache_requests(timed, unit)
+    return timed, requests, replay_oracle(requests, unit, event_order(requests))
 
 
 TENANT_SENTINEL = 2**31
@@ -108,23 +137,33 @@ def tenants(sessions: Sequence[Sequence[StreamRequest]], count: int) -> list[lis
     return out
 
 
-def _point(run: Run, concurrency: float, capacity_gib: float, oracle_tokens: int) -> dict[str, Any]:
+def _point(
+    run: ServingRun, concurrency: float, capacity_gib: float, oracle_tokens: int, load: dict[str, Any]
+) -> dict[str, Any]:
     reused = sum(r.joint for r in run.records)
-    evicted_states = sum(v for (victim, _), v in run.stats.evictions.items() if victim == "state")
+    evictions = [
+        v for cache in run.caches for (victim, _), v in cache.stats.evictions.items() if victim == "state"
+    ]
+    elapsed = max(run.elapsed, 1e-9)
+    state_bytes = sum(cache.stats.state_byte_seconds for cache in run.caches) / elapsed
+    block_bytes = sum(cache.stats.block_byte_seconds for cache in run.caches) / elapsed
+    capacity = capacity_gib * GIB * run.model.replicas
     return {
         "concurrency": concurrency,
         "capacity_gib": capacity_gib,
+        "replicas": run.model.replicas,
+        "routing": run.model.routing.value,
         "policy": run.policy,
         "requests": len(run.records),
         "sessions": len({r.session for r in run.records}),
         "reused_tokens": reused,
         "reused_over_oracle": reused / oracle_tokens if oracle_tokens else None,
         "hit_rate": sum(r.joint > 0 for r in run.records) / len(run.records) if run.records else None,
-        "load": prefill_queue(run.records).summary(),
-        "residency": {
-            "state_fraction": run.mean_state_bytes / run.capacity_bytes,
-            "block_fraction": run.mean_block_bytes / run.capacity_bytes,
-        },
-        "state_evictions": evicted_states,
-        "overcommits": run.overcommits,
+        "load": load,
+        "residency": {"state_fraction": state_bytes / capacity, "block_fraction": block_bytes / capacity},
+        "state_evictions": sum(evictions),
+        "overcommits": sum(
+            c.working.overcommits + (c.checkpoints.overcommits if c.checkpoints is not c.working else 0)
+            for c in run.caches
+        ),
     }

@@ -186,8 +186,28 @@ def test_candidates_that_floor_to_one_position_make_one_state(make_cache):
     replay = Replay(make_cache())
     prompt = SYSTEM + seq(1, 12)  # n = 28: U_end 26 and P_end's twin (27 -> 24) both floor to 24
     admission = replay.run(prompt, [7], "input_end", u_end=26)
-    assert admission.plan.candidates == 2 and admission.plan.collapsed == 1
+    # U_end on the twin is counted apart from the policy's own candidates sharing a state
+    plan = admission.plan
+    assert (plan.candidates, plan.collapsed, plan.on_twin, plan.junction_on_kept) == (2, 0, 1, 0)
     assert [(s.position, s.labels) for s in admission.created] == [(24, ("input_end", "prompt_end_block"))]
+
+
+def test_a_junction_on_a_state_the_policy_keeps_is_counted_as_a_collision(make_cache):
+    """Block 8, unit 8. The first request (28 tokens) caches blocks [0, 8) and [8, 16) and keeps
+    P_end at floor(27 / 8) * 8 = 24. The second shares the 16 system tokens, then diverges:
+    n = 20, attention matches 16, no state at or below 16, so joint 0 and the junction is 16.
+    Its own P_end anchor 19 floors to 16, the twin too: one keep at 16 (prompt_end + twin), and
+    the junction lands on it. Candidates: P_end, twin, junction = 3; P_end on the twin = 1;
+    the junction on a kept state = 1; nothing else collapses."""
+    replay = Replay(make_cache())
+    replay.run(SYSTEM + seq(1, 12), [7], "main_sparse")
+    second = replay.run(SYSTEM + seq(300, 4), [7], "main_sparse")
+    assert (second.hit.joint, second.hit.junction) == (0, 16)
+    plan = second.plan
+    assert (plan.candidates, plan.collapsed, plan.on_twin, plan.junction_on_kept) == (3, 0, 1, 1)
+    assert [(s.position, s.labels) for s in second.created] == [
+        (16, ("prompt_end", "prompt_end_block", "reactive"))
+    ]
 
 
 def test_a_policy_state_inside_a_block_forces_a_scheduler_split(make_cache):
@@ -255,6 +275,30 @@ def test_under_an_equal_checkpoint_budget_states_only_displace_states(make_cache
     assert survivors == [1, 2]  # the oldest state went first
 
 
+def test_a_checkpoint_budget_refuses_a_state_when_held_states_fill_it_and_is_never_exceeded(make_cache):
+    """Budget 400 bytes = two states of 200. Three 28-token prompts (each keeps main_sparse's
+    P_end at floor(27 / 8) * 8 = 24, which is also its twin: one state each) are admitted and
+    stay in flight, so each holds its state: the first two fill the budget (400), the third
+    finds held 400 + 200 > 400 and is refused (1 refusal, under its first kind prompt_end),
+    nothing is evicted and the budget is never exceeded (0 overcommits). Once the first two
+    finish their states are unheld: a fourth request's state evicts the least recently used
+    one (request 0's, released first) and is admitted."""
+    cache = make_cache(capacity=3000, checkpoint_budget_bytes=400)
+    hasher, engine = PrefixHasher(8), EngineGeometry(8, 8)
+    keep = decide("main_sparse", RequestBoundaries(28), engine)
+    requests = [CacheRequest.from_tokens(i, [*seq(100 * (i + 1), 28), 7], 28, hasher) for i in range(4)]
+    made = [cache.admit(r, keep, now=float(i)) for i, r in enumerate(requests[:3])]
+    assert [len(a.created) for a in made] == [1, 1, 0]
+    assert cache.stats.budget_refusals == {"prompt_end": 1}
+    assert cache.checkpoints.used == 400 and cache.checkpoints.overcommits == 0
+    for rid in (0, 1, 2):
+        cache.finish(rid, now=3.0 + rid)
+    fourth = cache.admit(requests[3], keep, now=7.0)
+    assert len(fourth.created) == 1 and [e.creator for e in cache.stats.evicted_states] == [0]
+    assert cache.checkpoints.peak <= 400 and cache.checkpoints.overcommits == 0
+    cache.finish(3, now=8.0)
+
+
 def test_an_entry_held_by_a_request_in_flight_is_never_evicted(make_cache):
     cache = make_cache(capacity=700)
     hasher = PrefixHasher(8)
@@ -281,3 +325,40 @@ def test_engine_steps_needs_a_finite_pool():
     with pytest.raises(ValueError, match="capacity must be finite"):
         CacheConfig(geometry(state_pages=1), float("inf"), engine_steps=True)
     CacheConfig(geometry(state_pages=1), 1000.0, engine_steps=True)
+
+
+def test_a_pinned_state_is_never_evicted_and_becomes_evictable_when_unpinned(make_cache):
+    """Capacity 900: request 0 (28 tokens + 1 output) leaves its P_end state (200 bytes) and 3
+    cached blocks (300): 500. Pinned, the state is held; request 1 (a disjoint 28-token prompt)
+    needs 4 blocks + a running state + its own state = 800, so 400 must go: the 3 blocks go
+    (LRU) and then nothing is evictable: one overcommit, the pinned state survives. Unpinned,
+    it is evictable again (in the LRU queue)."""
+    cache = make_cache(capacity=900)
+    replay = Replay(cache)
+    replay.run(SYSTEM + seq(1, 12), [7], "main_sparse")
+    (state,) = cache.live_states()
+    cache.pin(state, now=10.0)
+    assert state not in cache.working.policy
+    replay.clock = 11.0
+    replay.run(seq(300, 28), [7], "main_sparse")
+    assert state.live and cache.working.overcommits == 1
+    assert sum(n for (victim, _), n in cache.stats.evictions.items() if victim == "block") == 3
+    assert not cache.stats.evicted_states
+    cache.unpin(state, now=20.0)
+    assert state in cache.working.policy
+
+
+def test_engine_steps_runs_a_state_of_two_pages_beside_one_page_blocks(make_cache):
+    """A state is two pages (two recurrent groups), a block one; a pool of 10 pages of 100
+    bytes. Request 0 (28 prompt tokens, 1 output) keeps P_end at 24: afterwards its 3 full
+    blocks (3 pages) and the state (2 pages) are cached. Request 1 extends it and resumes at
+    24. Request 2, a disjoint 28-token prompt, needs 4 blocks and a running state page by page
+    (the pool's 10 pages minus what request 1 left cached): the LRU head goes first and the
+    pool's invariants hold throughout (checked after every admission and finish)."""
+    cache = make_cache(geometry(state_pages=2), capacity=1000, engine_steps=True)
+    replay = Replay(cache)
+    replay.run(SYSTEM + seq(1, 12), [7], "main_sparse")
+    assert cache.working.policy.pages(cache.geometry.state_bytes) == 2
+    assert replay.run([*SYSTEM, *seq(1, 12), 7, *seq(50, 3)], [8], "main_sparse").hit.joint == 24
+    replay.run(seq(300, 28), [7], "main_sparse")
+    assert sum(cache.stats.evictions.values()) > 0 and cache.working.overcommits == 0

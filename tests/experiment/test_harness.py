@@ -38,6 +38,9 @@ ISSUE_METRICS = (
     "occupancy",
     "forced_scheduler_splits",
     "duplicate_candidates",
+    "candidates_on_twin",
+    "junctions_on_kept_states",
+    "reused_over_unit1_oracle",
     "disaggregated_consumability",
     "ttft_estimate_seconds",
     "decode_end_hit_rate",
@@ -116,6 +119,29 @@ def test_an_equal_checkpoint_budget_is_the_same_state_budget_for_every_policy(st
     assert result.units[0].checkpoint_budget_bytes == 2.0 * GIB
 
 
+def test_a_tight_checkpoint_budget_is_never_exceeded_and_defaults_to_main_sparse_peak(stream):
+    """A budget of two Qwen3.5 states (2 x 61.9 MiB, below what requests in flight hold at
+    once): states are refused rather than admitted past it, under every policy; without
+    ``checkpoint_budget_gib`` B is main_sparse's peak retained-state bytes at equal capacity."""
+    runs: dict = {}
+    g = geometry_for_unit(QWEN3_5_35B_A3B, 16)
+    tight = 2 * g.state_bytes / GIB
+    result = run_experiment(
+        stream, QWEN3_5_35B_A3B, small_config(capacity_gib=4.0, checkpoint_budget_gib=tight), keep_runs=runs
+    )
+    refused = 0
+    for r in result.units[0].runs:
+        if r["budget"] != BudgetMode.EQUAL_CHECKPOINT_BUDGET.value:
+            continue
+        b = r["checkpoint_budget"]
+        assert b["exceedances"] == 0 and b["peak_bytes"] <= b["bytes"] == 2 * g.state_bytes
+        refused += sum(b["refusals"].values())
+    assert refused > 0
+    default = run_experiment(stream, QWEN3_5_35B_A3B, small_config(capacity_gib=4.0), keep_runs=runs)
+    peak = runs[(16, BudgetMode.EQUAL_CAPACITY.value, "main_sparse")].stats.peak_state_bytes
+    assert default.units[0].checkpoint_budget_bytes == max(peak, g.state_bytes)
+
+
 def test_echoed_reasoning_lets_decode_end_serve_tool_loops_and_dropped_reasoning_falls_back_to_input_end():
     shape = {"tool_calls": (2, 4), "reasoning_tokens": (100, 200)}
     kept = run_experiment(
@@ -153,6 +179,26 @@ def test_on_the_real_qwen3_5_template_dropped_reasoning_sends_first_continuation
     assert both["input_end_fallback_rate"] == 1.0
     assert main["first_continuation"]["session_hit_rate"] < 1.0  # P_end holds "<think>\n": no own-session hit
     assert both["first_continuation"]["reused_over_oracle"] > main["first_continuation"]["reused_over_oracle"]
+
+
+def test_reuse_is_also_a_share_of_the_unit_1_oracle_whether_or_not_unit_1_ran(stream):
+    config = small_config(units=(16, 1), budgets=(BudgetMode.EQUAL_CAPACITY,), disaggregation=False)
+    both_units = run_experiment(stream, QWEN3_5_35B_A3B, config)
+    alone = run_experiment(stream, QWEN3_5_35B_A3B, config.model_copy(update={"units": (16,)}))
+    assert alone.unit1_oracle == both_units.unit1_oracle
+    finest = both_units.units[1]
+    assert (
+        finest.unit == 1 and both_units.unit1_oracle["hit_rate"] == finest.oracle["hit_rate"]["oracle_tokens"]
+    )
+    for r in finest.runs:  # at unit 1 the two ratios are one
+        assert r["reused_over_unit1_oracle"]["hit_rate"] == r["hit_rate"]["reused_over_oracle"]
+    coarse = alone.units[0]
+    assert (
+        coarse.runs[0]["reused_over_unit1_oracle"] == both_units.units[0].runs[0]["reused_over_unit1_oracle"]
+    )
+    assert coarse.oracle["reused_over_unit1_oracle"]["hit_rate"] <= 1.0
+    counts = coarse.logical_candidates_on_one_state
+    assert counts["requests"] == len(stream) and counts["u_end_d_end"] == counts["p_end_d_end"] == 0
 
 
 def test_a_replay_is_deterministic(stream):

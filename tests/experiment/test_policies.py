@@ -100,6 +100,16 @@ def test_chat_aware_spends_no_prompt_state_when_u_end_lands_on_the_twin():
     assert kept("chat_aware", RequestBoundaries(95, 70, 110, round_trip=0.0)) == [(64, ("prompt_end_block",))]
 
 
+def test_chat_aware_counts_a_twin_at_the_stability_horizon_as_certainly_reused():
+    """P_end 95 (twin 64), U_end 90 (-> 80, certain), D_end 149 (-> 128), round trip 0.3, and a
+    horizon at 64: the twin sits exactly at the horizon, so it is reused for certain (base 64).
+    Expected tokens: U_end 80; P_end 0.3 x 80 + 0.7 x 64 = 68.8; D_end 0.3 x 128 + 0.7 x 64 =
+    83.2: D_end. (Were the twin at the horizon only as likely as the round trip, the base would
+    be 0.3 x 64 = 19.2 and D_end 0.3 x 128 + 0.7 x 19.2 = 51.84 < U_end's 80.)"""
+    b = RequestBoundaries(95, 90, 149, round_trip=0.3, horizon=64)
+    assert kept("chat_aware", b) == [(64, ("prompt_end_block",)), (128, ("decode_end",))]
+
+
 def test_chat_aware_takes_d_end_where_it_materializes_past_p_end_and_p_end_where_it_does_not():
     assert kept("chat_aware", RequestBoundaries(95, 90, 149, round_trip=1.0))[-1] == (128, ("decode_end",))
     # D_end 120 has no decode state (its block floor is in the prompt): P_end stands in, at 80
@@ -194,7 +204,7 @@ def stream_request(**kw) -> StreamRequest:
 
 def test_a_stream_request_reaches_the_policy_with_its_verdict_and_horizon():
     r = stream_request(tool_call=True, horizon=120)
-    assert boundaries(r, finished=False) == RequestBoundaries(95, 90, None, 1.0, 120)
+    assert boundaries(r, finished=False) == RequestBoundaries(95, 90, None, 1.0, 120, user_turn=True)
     assert boundaries(r, finished=True).d_end == 149
     assert boundaries(stream_request(tool_call=True, round_trip=False), finished=True).round_trip == 0.0
     assert policy("chat_aware").finish(r, G) == decide("chat_aware", boundaries(r, finished=True), G)

@@ -20,6 +20,7 @@ from boundary.experiment.report.tables import (
     deployments,
     load_table,
     questions_by_unit,
+    saturation_table,
     serving,
     side_by_side,
     unit_sweep,
@@ -29,9 +30,18 @@ __all__ = ["markdown", "pct", "plot"]
 
 NOT_WITHOUT_GPU = (
     "snapshot and materialization *time* (the copy kernels' cost; bytes are reported)",
-    "measured TTFT and throughput (here: the cost model through a FIFO prefill queue)",
-    "the engine's real batching of prefills and the decode contention it causes",
+    "measured TTFT and throughput (here: the step cost model through a scheduler model)",
+    "the engine's real step times (the constants in `boundary/experiment/calibration.py` are assumed)",
     "KV-connector transfer times for the decode→prefill and shared-store deployments",
+)
+
+
+LOAD_NOTE = (
+    "Closed loop: each user's next request arrives only after its previous reply finished plus a "
+    "client delay; offered load is what the users would ask with no contention (Little's law), capacity "
+    "an upper bound for this request mix at a full batch. A point is **saturated** when its throughput "
+    "falls below 90% of its offered load; its TTFT is queueing, not a policy's effect, and is never a "
+    "headline."
 )
 
 
@@ -47,14 +57,15 @@ def markdown(
         lines += ["```", command, "```", ""]
     lines += header(result)
     first, *others = result.units
-    lines += [_side_by_side_title(first), "", *side_by_side(first), ""]
+    lines += [_side_by_side_title(first), "", *side_by_side(first), "", *budget_line(first)]
     lines += [f"### Which checkpoint served each request — unit {first.unit}", "", *serving(first), ""]
     lines += ["### The plan's thirteen questions", "", *answers(first), ""]
     lines += _cost(first)
     lines += _deployments(first)
     if first.load_sweep:
-        lines += [f"### Load: concurrency × capacity — unit {first.unit}, equal total capacity", ""]
-        lines += [*load_table(first), ""]
+        lines += [f"### Load: closed-loop users × cache — unit {first.unit}, equal total capacity", ""]
+        lines += [LOAD_NOTE, "", *load_table(first), "", "Saturation per policy:", ""]
+        lines += [*saturation_table(first), ""]
     if others:
         lines += ["### Unit sweep (equal total capacity)", "", *unit_sweep(result), ""]
         lines += [
@@ -71,6 +82,27 @@ def markdown(
     return "\n".join(lines)
 
 
+def budget_line(unit: UnitResult) -> list[str]:
+    """The equal checkpoint-byte budget as every policy kept it: exceedances (0 by the
+    admission rule) and the states it refused."""
+    runs = [r for r in unit.runs if r.get("checkpoint_budget")]
+    if not runs:
+        return []
+    b = unit.checkpoint_budget_bytes
+    parts = [
+        f"`{r['policy']}` peak {gib(r['checkpoint_budget']['peak_bytes'])}, "
+        f"{r['checkpoint_budget']['exceedances']:,} exceedances, "
+        f"{sum(r['checkpoint_budget']['refusals'].values()):,} states refused"
+        for r in runs
+    ]
+    return [
+        f"Equal checkpoint budget B = {gib(b)} ({b / unit.state_bytes:,.0f} states of this model): "
+        + "; ".join(parts)
+        + ".",
+        "",
+    ]
+
+
 def _cost(unit: UnitResult) -> list[str]:
     rows = [
         [
@@ -79,6 +111,8 @@ def _cost(unit: UnitResult) -> list[str]:
             gib(r["snapshot_bytes"]),
             gib(r["materialization_bytes"]),
             tokens(r["duplicate_candidates"]),
+            tokens(r["candidates_on_twin"]),
+            tokens(r["junctions_on_kept_states"]),
         ]
         for r in runs_under(unit, EQUAL_CAPACITY) or unit.runs
     ]
@@ -87,7 +121,9 @@ def _cost(unit: UnitResult) -> list[str]:
         "extra scheduler steps (forced splits)",
         "snapshot bytes",
         "materialization bytes (sub-block copy-on-write)",
-        "duplicate candidates",
+        "duplicate candidates (its own, on one state)",
+        "candidates on P_end's block twin",
+        "junctions on a kept state",
     ]
     return [f"### Checkpoint cost — unit {unit.unit}", "", *table(header, rows), ""]
 

@@ -5,15 +5,20 @@ from __future__ import annotations
 from typing import Any
 
 from boundary.experiment.harness import GIB
-from boundary.experiment.report.fmt import gib, pct, pflops, rate, seconds, share, signed, tokens
+from boundary.experiment.report.fmt import DASH, gib, pct, pflops, seconds, share, signed, tokens
 
 
 def first_continuation(r: dict[str, Any]) -> str:
     fc = r["first_continuation"]
     return (
-        f"reused / oracle {pct(fc['reused_over_oracle'])} over {fc['requests']:,} first continuations; "
-        f"own-session hit {pct(fc['session_hit_rate'])}, any hit {pct(fc['hit_rate'])}"
+        f"reused / oracle {pct(fc['reused_over_oracle'])} ({_unit1(r, 'first_continuation')}) over "
+        f"{fc['requests']:,} first continuations; own-session hit {pct(fc['session_hit_rate'])}, any hit "
+        f"{pct(fc['hit_rate'])}"
     )
+
+
+def _unit1(r: dict[str, Any], part: str) -> str:
+    return f"{pct(r.get('reused_over_unit1_oracle', {}).get(part))} of the unit-1 oracle"
 
 
 def decode_end(r: dict[str, Any]) -> str:
@@ -33,21 +38,43 @@ def fallback(r: dict[str, Any]) -> str | None:
     f = r["input_end_fallback"]
     if not f["requests"]:
         return None
-    return f"{share(f['input_end_served'], f['requests'])} (input_end_fallback_rate)"
+    if f["input_end_gained"] is None:
+        return (
+            f"U_end served {share(f['input_end_served'], f['requests'])}; gain unknown (decode_end not run)"
+        )
+    return (
+        f"{share(f['input_end_gained'], f['requests'])} gained tokens over decode_end by U_end "
+        f"(input_end_fallback_rate; {signed(f['gained_tokens'])} tokens); U_end served "
+        f"{f['input_end_served']:,}"
+    )
 
 
 def unreachable_prompt_end(r: dict[str, Any]) -> str:
     u = r["unreachable_prompt_end_first_continuations"]
-    own = u["prompt_end_position_unreachable"]
     return (
-        f"P_end and its block twin unreachable in {u['requests']:,} of {u['first_continuations']:,} first "
-        f"continuations, U_end served {u['input_end_served']:,} ({pct(u['rate'])}); P_end's own position "
-        f"unreachable in {own['requests']:,}, U_end served {own['input_end_served']:,} ({pct(own['rate'])})"
+        f"P_end's state not a prefix in {u['requests']:,} of {u['first_continuations']:,} first "
+        f"continuations (never materialized in {u['prompt_end_not_materialized']:,} more); main_sparse "
+        f"missed reusable tokens in {u['main_sparse_missed']:,} of them; U_end avoided "
+        f"{u['avoided']:,} ({pct(u['rate'])}, {signed(u['recovered_tokens'])} tokens)"
     )
 
 
 def after_junction(r: dict[str, Any]) -> str:
     j = r["after_junction"]
+    if not j["requests"]:
+        why = (
+            "no later request's prefix reached a junction state while it was cached"
+            if j["junction_states_created"]
+            else "every branch point lay in the block of a kept state the request resumed from "
+            "(P_end's block twin, U_end, D_end), so no junction state was made"
+            if j["branches_observed"]
+            else "no lookup's attention reached past its joint hit: every branch point already lay "
+            "at or under a kept state, so the engine never made a junction"
+        )
+        return (
+            f"0 requests: {j['branches_observed']:,} lookups saw attention past the joint hit, "
+            f"{j['junction_states_created']:,} junction states created; {why}"
+        )
     return (
         f"{j['requests']:,} requests; {signed(j['additional_matched_tokens_vs_main_sparse'])} tokens vs "
         f"main_sparse on them; U_end served {pct(j['input_end_served_share'])}"
@@ -59,7 +86,7 @@ def prompt_tokens(r: dict[str, Any]) -> str:
         f"{signed(r['additional_matched_tokens_vs_main_sparse'])} tokens vs main_sparse; "
         f"{tokens(r['joint_matched_tokens'])} of {tokens(r['prompt_tokens'])} prompt tokens reused "
         f"({pct(r['hit_rate']['reused_over_oracle'])} of the oracle's "
-        f"{tokens(r['oracle_reusable_tokens'])}); "
+        f"{tokens(r['oracle_reusable_tokens'])}; {_unit1(r, 'hit_rate')}); "
         f"{tokens(r['prompt_tokens_recomputed'])} recomputed"
     )
 
@@ -86,9 +113,11 @@ def bytes_by_kind(r: dict[str, Any]) -> str:
 
 
 def verdict(single: str, v: dict[str, Any]) -> str:
+    net = v.get("net_share_of_prefill_work")
     return (
         f"`both` {single.replace('_', ' ')}: saved {pflops(v['saved_flops'])}, lost "
-        f"{pflops(v['lost_flops'])}, net {pflops(v['net_flops'], sign=True)}: **{v['verdict']}**"
+        f"{pflops(v['lost_flops'])}, net {pflops(v['net_flops'], sign=True)} "
+        f"({DASH if net is None else f'{100 * net:+.3f}%'} of prefill work): **{v['verdict']}**"
     )
 
 
@@ -98,13 +127,10 @@ def evictions(r: dict[str, Any]) -> str:
 
 
 def load(r: dict[str, Any]) -> str:
-    q = r["load"]
+    t = r["ttft_estimate_seconds"]
     return (
-        f"TTFT mean {seconds(q['ttft_mean_seconds'])}, p90 {seconds(q['ttft_p90_seconds'])} "
-        f"(queue wait {seconds(q['queue_wait_mean_seconds'])}); "
-        f"{rate(q['request_throughput_per_second'], 'requests/s')}, "
-        f"{rate(q['input_token_throughput_per_second'], 'input tokens/s')}; prefill engine busy "
-        f"{pct(q['prefill_engine_utilization'])}; residency states {pct(r['occupancy']['state_fraction'])} / "
+        f"prefill time alone (no queue, no batching) mean {seconds(t['mean'])}, p90 {seconds(t['p90'])}; "
+        f"residency states {pct(r['occupancy']['state_fraction'])} / "
         f"blocks {pct(r['occupancy']['block_fraction'])} of capacity"
     )
 
@@ -112,10 +138,24 @@ def load(r: dict[str, Any]) -> str:
 def first_vs_steady(r: dict[str, Any]) -> str:
     fc, st = r["first_continuation"], r["steady_state"]
     return (
-        f"first {pct(fc['hit_rate'])}; {pct(fc['reused_over_oracle'])} — steady "
-        f"{pct(st['hit_rate'])}; {pct(st['reused_over_oracle'])}"
+        f"first {pct(fc['hit_rate'])}; {pct(fc['reused_over_oracle'])} ({_unit1(r, 'first_continuation')}) "
+        f"— steady {pct(st['hit_rate'])}; {pct(st['reused_over_oracle'])} ({_unit1(r, 'steady_state')})"
+    )
+
+
+def logical_candidates(c: dict[str, Any]) -> str:
+    """Q13 at one unit, from ``plan.logical_candidates_on_one_state``."""
+    n = c["requests"]
+    return (
+        f"U_end and P_end on one state in {share(c['u_end_p_end'], n)} requests; U_end and D_end "
+        f"{c['u_end_d_end']:,}, P_end and D_end {c['p_end_d_end']:,} (D_end's state lies at or past "
+        "P_end, the others before it)"
     )
 
 
 def collapsed(r: dict[str, Any]) -> str:
-    return f"{r['duplicate_candidates']:,} collapsed candidates; {r['recached_states']:,} re-cached states"
+    return (
+        f"its own candidates on one state {r['duplicate_candidates']:,}; apart: candidates on P_end's "
+        f"block twin {r['candidates_on_twin']:,}, junctions on a kept state "
+        f"{r['junctions_on_kept_states']:,}; {r['recached_states']:,} re-cached states"
+    )

@@ -8,11 +8,22 @@ from typing import Any
 from boundary.experiment.harness import ExperimentResult
 from boundary.experiment.report.fmt import gib, tokens
 
+BUDGET_RULE = (
+    "main_sparse's peak retained-state bytes at equal capacity unless --checkpoint-budget-gib; every "
+    "policy's retained states, junctions and twins included, share at most B: a new state evicts unheld "
+    "states least recently used first and is refused when held states leave no room; exceedances are "
+    "counted and 0"
+)
+
 
 def header(result: ExperimentResult) -> list[str]:
     s, m, c, cfg = result.stream, result.model, result.cost_model, result.config
     synthesised = ", ".join(s.get("synthesised") or []) or "nothing"
-    budgets = ", ".join(f"{gib(u.checkpoint_budget_bytes)} at unit {u.unit}" for u in result.units)
+    budgets = ", ".join(
+        f"{gib(u.checkpoint_budget_bytes)} ({u.checkpoint_budget_bytes / u.state_bytes:,.0f} states) "
+        f"at unit {u.unit}"
+        for u in result.units
+    )
     states_at = "unit" if cfg.get("output_at_unit") else "block"
     stream = (
         f"- Stream: {s['requests']:,} requests in {s['sessions']:,} sessions ({s['workload']}), "
@@ -27,7 +38,7 @@ def header(result: ExperimentResult) -> list[str]:
         f"- Model: {m['name']} ({m['attention_layers']} attention + {m['recurrent_layers']} "
         f"{m['recurrent_kind']} layers; {m['kv_bytes_per_token']:,} KV bytes/token; one recurrent state "
         f"{gib(m['recurrent_state_bytes'])} unpadded). Capacity {cfg['capacity_gib']} GiB; equal checkpoint "
-        f"budget {budgets}; output-side states at {states_at} boundaries; at most "
+        f"budget B = {budgets} ({BUDGET_RULE}); output-side states at {states_at} boundaries; at most "
         f"{cfg['max_chunk_tokens']:,} tokens per prefill chunk."
     )
     cost = (
@@ -35,7 +46,21 @@ def header(result: ExperimentResult) -> list[str]:
         f"{c['flops_per_position'] / 1e3:.0f} kFLOP per earlier position; prefill time = FLOPs / "
         f"({c['peak_flops'] / 1e12:.0f} TFLOP/s x {c['utilization']}), an estimate, not a measurement."
     )
-    return [stream, model, cost, scope(result), *assumptions(s, c), ""]
+    return [stream, model, cost, *families(c), scope(result), *assumptions(s, c, cfg), ""]
+
+
+def families(c: dict[str, Any]) -> list[str]:
+    """Per-family recurrent state sizes and prefill rates, with their sources."""
+    rows = c.get("families") or []
+    if not rows:
+        return []
+    parts = [
+        f"{f['model']} ({f['recurrent_kind']}): one state {gib(f['state_bytes'])} = "
+        f"{f['state_in_kv_tokens']:,.0f} KV tokens, prefill {f['prefill_tokens_per_second']:,.0f} tokens/s "
+        f"at context 0 [{f['source']}]"
+        for f in rows
+    ]
+    return ["- Families (GPU assumptions): " + "; ".join(parts) + "."]
 
 
 def scope(result: ExperimentResult) -> str:
@@ -52,7 +77,42 @@ def scope(result: ExperimentResult) -> str:
     return text + "."
 
 
-def assumptions(s: dict[str, Any], c: dict[str, Any]) -> list[str]:
+def eviction_line(cfg: dict[str, Any]) -> str:
+    """Which eviction model each budget mode ran (``harness.page_by_page``)."""
+    paged = cfg.get("eviction", "byte_lru") == "engine_steps" and not cfg.get("output_at_unit")
+    equal = (
+        "vLLM's block pool page by page (a state one page per recurrent group, a block one per "
+        "attention group, victims from the free queue's head)"
+        if paged
+        else "byte-LRU over whole entries (an approximation of vLLM's block pool)"
+    )
+    return (
+        f"  - eviction: equal_capacity runs {equal}; equal_checkpoint_budget runs byte-LRU in two "
+        "arenas (an approximation: vLLM has no separate state pool)."
+    )
+
+
+def load_assumptions(c: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
+    """The serving model's GPU assumptions (``boundary.experiment.calibration``)."""
+    step = c.get("step")
+    if not step:
+        return []
+    return [
+        f"  - load model (GPU assumptions, {step['source']}): a step costs "
+        f"{step['step_overhead_seconds'] * 1000:g} ms + {step['decode_base_seconds'] * 1000:g} ms when it "
+        f"decodes + {step['decode_seconds_per_sequence'] * 1000:g} ms per decoding sequence + its prefill "
+        f"chunks' FLOPs at {c['peak_flops'] / 1e12:.0f} TFLOP/s × {c['utilization']} "
+        f"({step['prefill_tokens_per_second_at_0']:,.0f} prefill tokens/s at context 0, "
+        f"{step['prefill_tokens_per_second_at_32k']:,.0f} at 32k); continuous batching with chunked "
+        f"prefill, max_num_batched_tokens {cfg.get('max_chunk_tokens', 8192):,}, max_num_seqs "
+        f"{cfg.get('max_num_seqs', 256)}, decode first, then prefill chunks first come first served; "
+        f"{cfg.get('load_replicas', 1)} replica(s), routing {cfg.get('load_routing', 'session_sticky')}, "
+        "a cache of the stated capacity per replica; closed-loop users (think time 10 s before a user "
+        "turn, tool latency 1 s after a tool call, exponential, seeded); no preemption."
+    ]
+
+
+def assumptions(s: dict[str, Any], c: dict[str, Any], cfg: dict[str, Any] | None = None) -> list[str]:
     """Every modelling assumption that moves the results, with its value."""
     arrivals = s.get("arrivals") or {}
     words = s.get("reasoning_words")
@@ -70,15 +130,12 @@ def assumptions(s: dict[str, Any], c: dict[str, Any]) -> list[str]:
             f"mean think time {arrivals.get('think_time_mean_seconds')} s before a new user message."
         )
     lines.append(
-        f"  - decode speed: {c.get('decode_seconds_per_token', 0) * 1000:.0f} ms per output token, "
-        "uncontended; a request's time in flight is its no-cache prefill plus its decode, so every "
-        "policy replays the same interleaving."
+        f"  - decode speed in the cache replays: {c.get('decode_seconds_per_token', 0) * 1000:.0f} ms per "
+        "output token, uncontended; a request's time in flight is its no-cache prefill plus its decode, "
+        "so every policy replays the same interleaving (the load sweep runs its own clock)."
     )
-    lines.append(
-        "  - load: one FIFO prefill engine; service time = the cost model's prefill time from the joint "
-        "hit, so TTFT = queue wait + service shrinks with the hit; arrivals are open-loop (a faster TTFT "
-        "does not bring the session's next request forward); prefills are not batched."
-    )
+    lines += load_assumptions(c, cfg or {})
+    lines.append(eviction_line(cfg or {}))
     if s.get("system_prompt") == "per_session":
         lines.append(
             "  - per_session system prompts: each session gets its own system text, but the tools block "

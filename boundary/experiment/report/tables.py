@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from boundary.experiment.harness import ExperimentResult, UnitResult
+from boundary.experiment.load import saturation_points
 from boundary.experiment.plan import PD_KINDS
 from boundary.experiment.report.fmt import (
     DASH,
@@ -25,13 +26,14 @@ def side_by_side(unit: UnitResult) -> list[str]:
         "policy",
         "budget",
         "reused / oracle",
+        "reused / unit-1 oracle",
         "hit rate",
         "1st cont. reused / oracle",
         "1st cont. own-session hits",
         "steady reused / oracle",
         "extra tokens vs main_sparse",
         "avoided prefill",
-        "TTFT mean / p90 (queued)",
+        "TTFT mean / p90 (prefill alone, no queue)",
         "state mem (mean / peak)",
         "evictions (state / block)",
         "forced splits",
@@ -44,6 +46,7 @@ def side_by_side(unit: UnitResult) -> list[str]:
             "`oracle`",
             "infinite",
             pct(o["hit_rate"]["reused_over_oracle"]),
+            pct(o.get("reused_over_unit1_oracle", {}).get("hit_rate")),
             pct(o["hit_rate"]["hit_rate"]),
             pct(o["first_continuation"]["reused_over_oracle"]),
             DASH,
@@ -64,18 +67,19 @@ def _side_row(r: dict[str, Any]) -> list[str]:
     ev = r["evictions"]
     states = sum(v for k, v in ev.items() if k.startswith("state_"))
     blocks = sum(v for k, v in ev.items() if k.startswith("block_"))
-    load = r["load"]
+    ttft = r["ttft_estimate_seconds"]
     return [
         f"`{r['policy']}`",
         r["budget"],
         pct(r["hit_rate"]["reused_over_oracle"]),
+        pct(r.get("reused_over_unit1_oracle", {}).get("hit_rate")),
         pct(r["hit_rate"]["hit_rate"]),
         pct(r["first_continuation"]["reused_over_oracle"]),
         pct(r["first_continuation"]["session_hit_rate"]),
         pct(r["steady_state"]["reused_over_oracle"]),
         tokens(r["additional_matched_tokens_vs_main_sparse"]),
         pct(r["avoided_prefill_fraction"]),
-        f"{seconds(load['ttft_mean_seconds'])} / {seconds(load['ttft_p90_seconds'])}",
+        f"{seconds(ttft['mean'])} / {seconds(ttft['p90'])}",
         f"{gib(r['retained_state_bytes']['mean'])} / {gib(r['retained_state_bytes']['peak'])}",
         f"{states:,} / {blocks:,}",
         f"{r['forced_scheduler_splits']:,}",
@@ -148,15 +152,15 @@ def unit_sweep(result: ExperimentResult, budget: str = EQUAL_CAPACITY) -> list[s
 
 
 def load_table(unit: UnitResult) -> list[str]:
+    """One row per load point; saturated points are labelled (``load.SATURATED_BELOW``)."""
     header = [
-        "concurrency",
-        "capacity",
+        "users",
+        "cache / replica",
         "policy",
         "reused / oracle",
-        "TTFT mean / p90",
-        "requests / s",
-        "input tokens / s",
-        "prefill engine busy",
+        "offered · capacity (req/s)",
+        "throughput (req/s)",
+        "TTFT p50 / p95 / p99",
         "state residency",
         "state evictions",
         "`both` − `input_end` (net work)",
@@ -164,16 +168,20 @@ def load_table(unit: UnitResult) -> list[str]:
     rows = []
     for p in unit.load_sweep:
         load, verdict = p["load"], p.get("second_checkpoint_verdict")
+        mark = " **saturated**" if load["saturated"] else ""
+        ttft = " / ".join(seconds(load[f"ttft_p{q}_seconds"]) for q in (50, 95, 99))
+        offered = " · ".join(
+            rate(load[k], "") for k in ("offered_requests_per_second", "capacity_requests_per_second")
+        )
         rows.append(
             [
-                f"{p['concurrency']:g} ({p['sessions']:,} sessions)",
-                f"{p['capacity_gib']:g} GiB",
+                f"{p['concurrency']:g} ({p['sessions']:,} sessions){mark}",
+                f"{p['capacity_gib']:g} GiB × {p['replicas']}",
                 f"`{p['policy']}`",
                 pct(p["reused_over_oracle"]),
-                f"{seconds(load['ttft_mean_seconds'])} / {seconds(load['ttft_p90_seconds'])}",
+                offered,
                 rate(load["request_throughput_per_second"], ""),
-                rate(load["input_token_throughput_per_second"], ""),
-                pct(load["prefill_engine_utilization"]),
+                ttft,
                 pct(p["residency"]["state_fraction"]),
                 f"{p['state_evictions']:,}",
                 DASH
@@ -182,6 +190,20 @@ def load_table(unit: UnitResult) -> list[str]:
             ]
         )
     return table(header, rows)
+
+
+def saturation_table(unit: UnitResult) -> list[str]:
+    """Per policy and cache size: the largest swept user count below saturation, the first
+    above it."""
+    rows = [
+        [
+            key,
+            DASH if at["last_unsaturated"] is None else f"{at['last_unsaturated']:g}",
+            "not reached" if at["first_saturated"] is None else f"{at['first_saturated']:g}",
+        ]
+        for key, at in saturation_points(unit.load_sweep).items()
+    ]
+    return table(["policy @ cache", "most users unsaturated", "first saturated"], rows)
 
 
 def deployments(run: dict[str, Any], *, notes: bool = True) -> list[str]:
@@ -213,14 +235,17 @@ def questions_by_unit(result: ExperimentResult, budget: str = EQUAL_CAPACITY) ->
         "Q2 D_end hit rate",
         "Q3 tool share of D_end hits",
         "Q4 U_end fallback",
-        "Q5 U_end served / P_end + twin unreachable · / P_end alone unreachable",
+        "Q5 U_end avoided / main_sparse missed / P_end's state not a prefix",
         "Q6 after junction: requests · extra tokens",
         "Q7 extra tokens vs main_sparse",
         "Q8 avoided prefill",
         "Q12 steady reused / oracle",
+        "Q13 U_end and P_end on one state",
     ]
     rows = []
     for u in sorted(result.units, key=lambda u: u.unit):
+        c = u.logical_candidates_on_one_state
+        shared = pct(c["u_end_p_end"] / c["requests"] if c.get("requests") else None)
         for r in (r for r in u.runs if r["budget"] == budget):
             by = r["decode_end_hits_by_continuation"]
             hits = sum(by.values())
@@ -237,13 +262,12 @@ def questions_by_unit(result: ExperimentResult, budget: str = EQUAL_CAPACITY) ->
                     pct(r["decode_end_hit_rate"]),
                     pct(by.get("tool", 0) / hits if hits else None),
                     f"{pct(fb['rate'])} of {fb['requests']:,}",
-                    f"{up['input_end_served']:,} / {up['requests']:,} · "
-                    f"{up['prompt_end_position_unreachable']['input_end_served']:,} / "
-                    f"{up['prompt_end_position_unreachable']['requests']:,}",
+                    f"{up['avoided']:,} / {up['main_sparse_missed']:,} / {up['requests']:,}",
                     f"{j['requests']:,} · {signed(j['additional_matched_tokens_vs_main_sparse'])}",
                     signed(r["additional_matched_tokens_vs_main_sparse"]),
                     pct(r["avoided_prefill_fraction"]),
                     pct(r["steady_state"]["reused_over_oracle"]),
+                    shared,
                 ]
             )
     return table(header, rows)
