@@ -1,5 +1,8 @@
 """Load: the prefill engine as a queue whose service time shrinks with the cache hit.
 
+Where it sits: in the experiment, after the replay: the prefill queue over a run's records;
+``metrics`` and ``sweep`` call it.
+
 Requests reach one prefill engine at the stream's arrival times and are served first come,
 first served; a request's service time is the cost model's prefill time from its joint hit
 to its prompt end (``RequestRecord.ttft_seconds``), so a policy that reuses more drains the

@@ -1,5 +1,8 @@
 """The experiment plan's question-specific metrics, each under the plan's definition.
 
+Where it sits: in the experiment, after the replay: the plan's question-specific metrics;
+``harness`` and ``sweep`` call it, ``report.tables`` reads it.
+
 - Q4 ``input_end_fallback``: among continuations whose previous request's D_end state was
   still retained at lookup but hash-rejected (its prefix id is not in this prompt), the share
   that U_end served.

@@ -1,5 +1,8 @@
 """The load sweep: concurrency × capacity, every policy, one unit, equal total capacity.
 
+Where it sits: in the experiment, after checkpoints: replays and the prefill queue (``load``)
+per concurrency and capacity; ``harness`` calls it.
+
 For each concurrency the stream's sessions are interleaved again (``arrivals.interleave``:
 a Poisson session start rate giving that many active sessions); for each
 capacity every policy replays the result, and its records go through the prefill queue
