@@ -169,4 +169,3 @@ def test_the_vllm_tests_skip_with_the_reason_when_vllm_is_absent() -> None:
     assert all(
         line.endswith("vLLM 0.33.0 is not installed (scripts/test and CI install it)") for line in skips
     )
-
