@@ -1,5 +1,9 @@
 """boundary: where a chat request's stable history ends.
 
+Where it sits: the front door, above every stage (request -> render -> boundaries -> checkpoints
+-> engine | report): it re-exports what users call and get back; users and ``integrations/vllm``
+import it.
+
     fam = boundary.load_family("qwen3_5")
     r = fam.render(messages, tools=None, add_generation_prompt=True, enable_thinking=True)
     r.token_ids, r.u_end, r.p_end, r.checkpoint(unit=64)

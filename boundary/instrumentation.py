@@ -12,7 +12,7 @@ and never puts a mark where template code could observe it:
   macro and ``caller()`` bodies, ``{% filter %}`` blocks, recursive loops, named blocks)
   can be measured, sliced or filtered by the template, so no mark is ever placed there;
 - every ``{% if %}`` / ``{% elif %}`` test that reads ``add_generation_prompt`` (in direct
-  output) becomes ``probe(flipped, test)``: the flipped evaluation (``boundary.flipped_test``,
+  output) becomes ``probe(flipped, test)``: the flipped evaluation (``boundary.flag_flip``,
   side-effect free by construction) runs first, then the template's own test exactly once,
   and the branch taken starts with a mark that is non-empty only at the first test whose
   two outcomes differ — U_end;
@@ -44,7 +44,7 @@ from typing import TypeGuard, cast
 from jinja2 import nodes
 from jinja2.visitor import NodeTransformer
 
-from boundary.flipped_test import GENERATION_FLAG, test_names
+from boundary.flag_flip import GENERATION_FLAG, test_names
 
 FLIP = "bnd.flip"
 PROBE = "bnd.probe"

@@ -34,7 +34,7 @@ from boundary.errors import (
     TemplateLoadError,
     TemplateRenderError,
 )
-from boundary.flipped_test import FlippedTest, Unknown, flipped_test
+from boundary.flag_flip import FlippedTest, Unknown, flipped_test
 from boundary.offsets import CharOffset, Span
 from boundary.sandbox import (
     DEFAULT_LIMITS,

@@ -1,5 +1,9 @@
 """Multi-turn traces: one JSONL format for ``boundary audit`` and ``boundary experiment``.
 
+Where it sits: input and output of the report end: ``boundary.audit`` and
+``boundary.experiment.workloads`` read it, ``boundary_vllm.recording`` (engine) writes it; it
+imports only ``errors``.
+
 One request per line, a session's requests in order. A line is either an OpenAI chat request
 plus, optionally, what the model generated for it::
 

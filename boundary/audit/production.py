@@ -1,5 +1,8 @@
 """Audit a production trace (``boundary.trace`` production records) as it was recorded.
 
+Where it sits: the report end, after checkpoints: ``boundary.audit.runner`` calls it for a trace
+of production records, read by ``boundary.trace``.
+
 A production record carries the token ids the engine saw, not messages: nothing is rendered,
 parsed or verified. Per turn the checkpoints are the recorded P_end (the prompt length), U_end
 (when the engine recorded one) and D_end (the recorded ``d_end``; without one, the committed

@@ -1,4 +1,8 @@
-"""``boundary experiment``: replay a workload under every retention policy and budget mode."""
+"""``boundary experiment``: replay a workload under every retention policy and budget mode.
+
+Where it sits: the report end's command line: ``boundary.cli.main`` dispatches ``boundary
+experiment`` here; it calls ``boundary.experiment`` (harness, report) and nothing calls it.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """Arrival times: sessions interleaved so that about ``concurrency`` are active at once.
 
+Where it sits: in the experiment, between the rendered stream (``stream``) and the replay: it
+times the requests; ``workloads`` and ``sweep`` call it.
+
 A session's requests are sequential: the next arrives after the previous one finishes plus
 a client delay (tool latency after a tool call, think time before a new user message,
 both exponential). A request's time in flight is its estimated prefill with no cache hit

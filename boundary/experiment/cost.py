@@ -1,5 +1,9 @@
 """The prefill cost model: FLOPs from the model description, and a labelled TTFT estimate.
 
+Where it sits: in the experiment, beside the replay: the prefill cost each ``RequestRecord``
+carries; ``replay``, ``arrivals``, ``harness``, ``sweep`` and ``boundary.cli.experiment`` read
+it.
+
 The token at position ``t`` costs, in a forward pass,
 
 - ``2 * active_params``: one multiply-add per active weight (MoE: routed + shared experts);

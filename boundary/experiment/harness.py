@@ -1,5 +1,9 @@
 """The experiment: one stream, every policy, both budget modes, one or more units.
 
+Where it sits: the experiment's top: it runs ``replay`` for every policy and unit and hands the
+runs to ``metrics``, ``plan`` and ``sweep``; ``boundary.cli.experiment`` calls it and ``report``
+reads its result.
+
 For each ``prefix_match_unit``: hash the stream once, replay the oracle, replay
 ``main_sparse`` under equal total capacity (it is the baseline, and its peak retained-state
 bytes become the equal checkpoint-byte budget unless one is given), then every policy under

@@ -1,5 +1,8 @@
 """Load: what a closed-loop serving run (``serving``) measured, against what it was offered.
 
+Where it sits: in the experiment, after the serving model: summarises a run's TTFT, throughput
+and saturation; ``sweep`` calls it.
+
 Every figure is over the measurement window (``ServingRun.window``: while all
 ``concurrency`` users had a session to run): TTFT percentiles over the requests that arrived
 in it, throughput over the requests that finished in it.

@@ -1,5 +1,8 @@
 """Every metric the experiment asks for, per policy and budget mode, under the issue's names.
 
+Where it sits: in the experiment, after the replay: runs become the numbers the report prints;
+``harness`` calls it.
+
 Inputs are a ``Run`` (per-request records + cache counters), the same stream's ``main_sparse``
 run under the same budget (the baseline), and, for the incremental value of a second
 checkpoint, the ``input_end`` / ``decode_end`` runs. A *hit* is a joint hit of at least one

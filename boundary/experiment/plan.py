@@ -1,5 +1,8 @@
 """The experiment plan's metrics, each a named function under the plan's definition.
 
+Where it sits: in the experiment, after the replay: the plan's question-specific metrics;
+``harness`` and ``sweep`` call it, ``report.tables`` reads it.
+
 Every function reads records (``RequestRecord``) or a ``Run`` and nothing else; the tests
 work each one out by hand on a small stream (``tests/experiment/test_metrics.py``).
 

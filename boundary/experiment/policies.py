@@ -1,5 +1,9 @@
 """The experiment's policies: ``boundary.retention_policy`` applied to stream requests.
 
+Where it sits: in the experiment, between the stream and the cache model: it asks
+``boundary.retention_policy`` (checkpoints) for each request; ``replay``, ``harness`` and
+``sweep`` call it.
+
 A policy here only translates a ``StreamRequest`` into the policy module's
 ``RequestBoundaries`` (the round-trip verdict and stability horizon the stream carries) and
 asks ``decide`` twice: at admission (D_end not known yet) and at finish. The vLLM plugin

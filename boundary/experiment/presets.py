@@ -1,5 +1,9 @@
 """Model presets: the published configs of three hybrid models, as cache-model descriptions.
 
+Where it sits: in the experiment, beside the cache model: the model geometry
+(``boundary.cache``) it replays with; ``boundary.cli.experiment`` and ``benchmarks/replay.py``
+read it.
+
 Every number below is a ``config.json`` field (or read from the model card where the card is
 the publisher's statement), with the vLLM 0.33.0 rule that turns it into bytes:
 

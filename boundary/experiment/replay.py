@@ -1,5 +1,8 @@
 """The replay driver: one stream through one cache under one policy, in arrival order.
 
+Where it sits: in the experiment, after checkpoints: one stream through one cache model
+(``boundary.cache``); ``harness`` and ``sweep`` call it.
+
 Events are every request's arrival (lookup, then admission) and finish (output-side states,
 then release), ordered by time, finishes first on ties; the order depends only on the
 stream, so every policy and budget replays the same interleaving. Each request leaves a

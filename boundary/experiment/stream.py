@@ -1,5 +1,8 @@
 """A rendered request stream: what every policy replays, rendered once.
 
+Where it sits: in the experiment, after render and boundaries: what the workloads produce and
+every replay reads (``replay``, ``policies``, ``arrivals``, ``harness``).
+
 Each ``StreamRequest`` is one model call: its prompt token ids followed by the ids the model
 committed, the three boundaries (P_end = the prompt length, U_end from the rendering, D_end =
 the end of the committed output without its trailing stop token), and the facts the metrics

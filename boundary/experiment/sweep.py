@@ -1,5 +1,8 @@
 """The load sweep: concurrency × capacity, every policy, one unit, equal total capacity.
 
+Where it sits: in the experiment, after checkpoints: runs the serving model (``serving``) and
+summarises it (``load``) per concurrency and capacity; ``harness`` calls it.
+
 For each concurrency, ``concurrency`` closed-loop users run the stream's sessions through
 the serving model (``boundary.experiment.serving``: a router, replicas with continuous
 batching and chunked prefill, one prefix cache per replica of ``capacity`` each), once per

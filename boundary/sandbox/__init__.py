@@ -1,5 +1,8 @@
 """The Jinja environment chat templates run in.
 
+Where it sits: inside the render stage: ``boundary.render`` renders every template in it;
+``renderer`` and ``family`` pass its ``RenderLimits`` through.
+
 Templates are untrusted code. They run in jinja2's ``ImmutableSandboxedEnvironment`` with
 exactly the globals and filters transformers gives them (``raise_exception``,
 ``strftime_now``, a non-escaping ``tojson``, loop controls, ``trim_blocks`` /

@@ -1,6 +1,10 @@
 """What the sandbox's parts (operators, formatting, checked filters, size estimates) may use
 of the ``Sandbox`` they are mixed into or are passed: its limits and checks, declared for the
-type checker so that no part imports the environment back."""
+type checker so that no part imports the environment back.
+
+Where it sits: at the bottom of the render stage's sandbox: the mixins (``operators``,
+``formatting``, ``filters``) and estimates type against it.
+"""
 
 from __future__ import annotations
 

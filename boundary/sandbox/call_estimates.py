@@ -1,6 +1,10 @@
 """What calls of ``str`` / ``bytes`` / ``int`` / ``list`` / ``dict`` methods and of the
 template globals (``dict``, ``namespace``, ``lipsum``, ``strftime_now``) would build,
-estimated from their arguments (as the filter estimates are)."""
+estimated from their arguments (as the filter estimates are).
+
+Where it sits: inside the render stage's sandbox: ``environment`` checks method and global calls
+with it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The sandbox environment: transformers' chat-template environment plus the checks."""
+"""The sandbox environment: transformers' chat-template environment plus the checks.
+
+Where it sits: inside the render stage: the sandbox ``boundary.sandbox`` exports and
+``boundary.render`` renders in.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 sequences and values here (those that build text in ``text_estimates``), and the table of
 how each filter is checked (``FILTER_CHECKS``).
 
+Where it sits: inside the render stage's sandbox: ``filters`` and ``environment`` check filters
+with it.
+
 Each estimate takes (sandbox, args, kwargs), args[0] being the filter's value, may replace an
 argument by an equivalent one it had to build to measure it (a generator's items as a list),
 and returns an ``Estimate``. None of them builds what it measures."""

@@ -1,5 +1,8 @@
 """The builtin filters, transformers' ``tojson``, ``{{ value }}`` output and block output
-behind their estimates (``boundary.sandbox.filter_estimates``)."""
+behind their estimates (``boundary.sandbox.filter_estimates``).
+
+Where it sits: inside the render stage's sandbox: mixed into ``environment``'s ``Sandbox``.
+"""
 
 from __future__ import annotations
 

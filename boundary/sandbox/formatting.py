@@ -1,4 +1,7 @@
-"""``%`` and ``str.format`` with their results' sizes checked before they are built."""
+"""``%`` and ``str.format`` with their results' sizes checked before they are built.
+
+Where it sits: inside the render stage's sandbox: mixed into ``environment``'s ``Sandbox``.
+"""
 
 from __future__ import annotations
 

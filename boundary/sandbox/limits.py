@@ -1,5 +1,9 @@
 """The per-render limits (``RenderLimits``) and the counters that hold a render to them
-(``Deadline``); the sizes every estimate is in (see ``boundary.sandbox``)."""
+(``Deadline``); the sizes every estimate is in (see ``boundary.sandbox``).
+
+Where it sits: inside the render stage, at the bottom of the sandbox: every sandbox part and
+``boundary.render`` (``Deadline``) read it.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Operators that build in proportion to their operands, size-checked before they run."""
+"""Operators that build in proportion to their operands, size-checked before they run.
+
+Where it sits: inside the render stage's sandbox: mixed into ``environment``'s ``Sandbox``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """Sizes of what an operation would build, measured without building it: ``repr`` /
 ``str`` / ``json.dumps`` / ``pprint`` output of a value (``Measure``), and the helpers the
-estimates share."""
+estimates share.
+
+Where it sits: inside the render stage's sandbox, under the estimates: ``environment``,
+``filters``, ``formatting`` and the estimates measure with it.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """What transformers gives chat templates besides jinja2's own: ``raise_exception``,
-``strftime_now``, a non-escaping ``tojson`` and the ``{% generation %}`` tag."""
+``strftime_now``, a non-escaping ``tojson`` and the ``{% generation %}`` tag.
+
+Where it sits: inside the render stage's sandbox: ``environment`` installs these globals, as
+transformers does.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """What the builtin filters that build text would build, estimated from their arguments
-(see ``boundary.sandbox.filter_estimates`` for the conventions)."""
+(see ``boundary.sandbox.filter_estimates`` for the conventions).
+
+Where it sits: inside the render stage's sandbox: ``filter_estimates`` and ``call_estimates``
+call it.
+"""
 
 from __future__ import annotations
 

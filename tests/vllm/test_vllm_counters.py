@@ -1,11 +1,20 @@
-"""Counters, and their Prometheus export."""
+"""Counters, and their Prometheus export.
+
+``prometheus_client`` comes with vLLM, not with boundary's base and test extras: only the export
+test needs it, and it skips with the reason when it is absent.
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+import pytest
 from boundary_vllm.counters import MISS, CheckpointCounters, PrometheusExport
-from prometheus_client import CollectorRegistry
 
 from boundary.checkpoints import CheckpointKind
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 
 def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | None:
@@ -14,7 +23,10 @@ def sample(registry: CollectorRegistry, name: str, **labels: str) -> float | Non
 
 
 def test_the_export_adds_only_what_changed_since_the_last_snapshot():
-    registry = CollectorRegistry()
+    prometheus_client = pytest.importorskip(
+        "prometheus_client", reason="prometheus_client is not installed (the vllm extra brings it)"
+    )
+    registry = prometheus_client.CollectorRegistry()
     export = PrometheusExport(registry)
     counters = CheckpointCounters()
     counters.record_created(CheckpointKind.INPUT_END, 1000, new_checkpoint=True)

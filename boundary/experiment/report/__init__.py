@@ -1,6 +1,9 @@
 """The report: Markdown that answers the experiment plan's thirteen questions in numbers, and
 plots. Everything printed comes from an ``ExperimentResult``; nothing is recomputed here.
 
+Where it sits: the report end, last in the flow: it prints an ``ExperimentResult`` from
+``boundary.experiment.harness``; ``boundary.cli.experiment`` calls it.
+
 ``fmt`` formats numbers ("–" for undefined), ``header`` states the stream and every modelling
 assumption, ``tables`` and ``questions`` (with ``answers``) write the sections, ``plots`` the
 figures.

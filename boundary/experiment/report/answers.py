@@ -1,4 +1,7 @@
-"""Each question's line for one run (a policy under one budget), in the plan's order."""
+"""Each question's line for one run (a policy under one budget), in the plan's order.
+
+Where it sits: in the report, last in the flow: ``questions`` calls it for each run's answers.
+"""
 
 from __future__ import annotations
 

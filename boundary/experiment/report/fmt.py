@@ -1,4 +1,8 @@
-"""Number formats and table helpers for the report: an undefined value prints as "–"."""
+"""Number formats and table helpers for the report: an undefined value prints as "–".
+
+Where it sits: at the bottom of the report, last in the flow: every report section formats
+through it.
+"""
 
 from __future__ import annotations
 

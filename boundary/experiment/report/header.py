@@ -1,5 +1,8 @@
 """The report header: the stream, the model, the cost and load models, and every modelling
-assumption with its value."""
+assumption with its value.
+
+Where it sits: in the report, last in the flow: ``boundary.experiment.report`` writes it first.
+"""
 
 from __future__ import annotations
 

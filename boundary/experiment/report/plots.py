@@ -1,5 +1,9 @@
 """Plots: reuse and state memory per policy; tokens reused against the unit; reuse and TTFT
-against load. Undefined values (a slice with no requests) are left out, never plotted as 0."""
+against load. Undefined values (a slice with no requests) are left out, never plotted as 0.
+
+Where it sits: in the report, last in the flow: ``boundary.experiment.report`` calls it for the
+figures.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The experiment plan's thirteen questions, numbered and defined as the plan numbers and
 defines them, each answered from an ``ExperimentResult`` (nothing is recomputed here):
 
+Where it sits: in the report, last in the flow: ``boundary.experiment.report`` calls it for the
+thirteen answers.
+
 1. the effective joint prefix hit on the first continuation after a checkpoint is produced;
 2. how often the next request reuses D_end;
 3. how much of that D_end reuse comes from tool-call continuations;

@@ -1,5 +1,9 @@
 """The report's tables: policies side by side, which checkpoint served, the unit sweep, the
-load sweep and the deployments' PD states."""
+load sweep and the deployments' PD states.
+
+Where it sits: in the report, last in the flow: ``boundary.experiment.report`` calls it for the
+tables.
+"""
 
 from __future__ import annotations
 

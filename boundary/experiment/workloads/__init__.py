@@ -1,5 +1,8 @@
 """Workloads: real conversations rendered with a family's real template into request streams.
 
+Where it sits: the experiment's request stage: it feeds conversations through render and
+boundaries into a stream; ``boundary.cli.experiment`` and ``benchmarks/replay.py`` call it.
+
     stream = build_stream("tau_bench", WorkloadOptions(family="qwen3_5", client="dropped"), cost)
 
 Shipped: ``tau_bench`` (airline tool loops, one shared system policy), ``mt_bench`` (two-turn

@@ -1,5 +1,8 @@
 """BFCL v4 multi-turn: real user turns and tool schemas, synthesised assistant turns.
 
+Where it sits: the experiment's request stage: a shipped conversation source;
+``workloads.build_stream`` calls it.
+
 Each entry's turns are real user messages; its ground truth is the calls a correct agent
 makes per turn. The script plays that agent: one assistant message per ground-truth call
 (arguments parsed from the Python call text), a synthesised tool result after each, and a

@@ -1,5 +1,9 @@
 """MT-bench: 80 two-turn questions. GPT-4's reference answers where MT-bench ships them
-(30 questions); the other answers are synthesised (seeded), as the provenance says."""
+(30 questions); the other answers are synthesised (seeded), as the provenance says.
+
+Where it sits: the experiment's request stage: a shipped conversation source;
+``workloads.build_stream`` calls it.
+"""
 
 from __future__ import annotations
 

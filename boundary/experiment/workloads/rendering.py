@@ -1,5 +1,8 @@
 """Scripts -> requests: render each model call with the real template and tokenizer.
 
+Where it sits: between the experiment's request stage and its stream: it calls render and
+boundaries (``boundary.family``) per model call; ``workloads`` and ``workloads.trace`` call it.
+
 For the assistant message at index ``i`` of a script, the request's prompt is the history
 ``messages[:i]`` as the client sends it, rendered with the generation prompt (U_end and
 P_end come from that one rendering); its output is what the model generated for message

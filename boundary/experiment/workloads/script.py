@@ -1,5 +1,8 @@
 """A session script: a whole conversation whose assistant messages are model calls.
 
+Where it sits: the experiment's request stage, under every workload: the shared transforms they
+call before ``rendering``.
+
 Workloads produce scripts; ``rendering`` turns each assistant message into one request (the
 history before it, rendered with the generation prompt, and the tokens the model generated).
 Here: the transforms every workload shares, each seeded by the session so a stream is

@@ -1,5 +1,8 @@
 """A synthetic generator for scale: sessions rendered at the token level, no template run.
 
+Where it sits: the experiment's request stage, standing in for render and boundaries at the
+token level; ``workloads.build_stream`` calls it.
+
 It emulates a ChatML reasoning template token by token (Qwen3.5's rules): a system turn;
 user turns; assistant turns that carry a think block only after the last user message
 (``history="drop_before_last_user"``), or always (``"append_only"``, Qwen3.6

@@ -1,5 +1,8 @@
 """tau-bench airline: 200 real GPT-4o agent trajectories (50 tasks x 4 trials).
 
+Where it sits: the experiment's request stage: a shipped conversation source;
+``workloads.build_stream`` calls it.
+
 Tool loops under one ~6 KB airline policy shared by every session (a natural shared-prefix
 junction), with tool schemas inferred from the trajectories' own calls (the dataset does not
 ship the schemas the agent was given). Real user turns, assistant turns, tool calls and tool

@@ -1,5 +1,8 @@
 """A trace file (``boundary.trace``, the audit's format) as a request stream.
 
+Where it sits: the experiment's request stage: a ``boundary.trace`` file as a stream (rendered
+through ``rendering``); ``workloads.build_stream`` calls it.
+
 A chat request is rendered with the family's template (U_end and P_end from that rendering);
 its output is, in order of preference: ``output.token_ids``; ``output.text`` tokenized;
 ``output.message`` written the way the model emits it; the assistant message the session's
