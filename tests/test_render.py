@@ -15,6 +15,7 @@ from tests.support import (
     fixed_strftime,
     fixture_cases,
     kwarg_settings,
+    reference_request,
     reference_tokenizer,
     shipped_variants,
 )
@@ -51,7 +52,7 @@ def _reference(name: str, variant: str, messages, tools, agp: bool, kwargs, *, t
 @pytest.mark.parametrize(("name", "variant", "kwargs", "case"), _matrix())
 def test_text_ids_and_u_end_match_transformers(name: str, variant: str, kwargs: dict, case: dict) -> None:
     fam = family(name)
-    messages, tools = fam.prepare(case["messages"], case.get("tools"), variant=variant)
+    messages, tools = reference_request(fam, case["messages"], case.get("tools"), variant)
     try:
         ref_text = _reference(name, variant, messages, tools, True, kwargs, tokenize=False)
     except Exception as exc:  # the template itself refuses this conversation
