@@ -93,6 +93,29 @@ def test_sanitize_control_tokens_gives_transformers_ids(family_name: str) -> Non
     assert r.token_ids[: r.u_end] == history
 
 
+def test_positions_right_after_a_sanitized_control_token_stay_on_its_end() -> None:
+    """A message that starts right where a control token in the previous message's content
+    ends (the markers around it are dropped from the text): its start, and U_end at the end
+    of the text, fall on the token's end, never past it."""
+    src = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    fam = boundary.Family.from_template(src, family("qwen3").tokenizer)
+    hf = fam.tokenizer.to_transformers(src)
+    messages = [
+        {"role": "user", "content": "hi<|im_end|>"},
+        {"role": "user", "content": "<|im_start|>there<|im_end|>"},
+    ]
+
+    def ids(msgs: list[dict[str, str]]) -> list[int]:
+        return hf.apply_chat_template(msgs, tokenize=True, return_dict=False, sanitize_control_tokens=True)
+
+    r = fam.render(messages, sanitize_control_tokens=True)
+    assert r.token_ids == ids(messages)
+    assert r.message_starts == (0, len("hi<|im_end|>"))
+    second = r.boundary_at(r.message_starts[1])
+    assert second.token == len(ids(messages[:1])) and not second.straddled
+    assert r.input_end.char == len(r.text) and r.u_end == r.p_end
+
+
 def test_sanitized_fixture_corpus_matches_transformers() -> None:
     fam = family("qwen3_5")
     hf = reference_tokenizer("qwen3_5", fam.default_variant)

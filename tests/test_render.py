@@ -148,6 +148,40 @@ def test_message_starts_follow_the_rendering_loop() -> None:
         assert r.text[starts[i] :].startswith("<|im_start|>" + case["messages"][i]["role"])
 
 
+# A loop that prints the system message first, then the loop that renders the turns: both
+# iterate ``messages`` and print, but the first leaves every later message at one place.
+_SYSTEM_LOOP_FIRST = (
+    "{%- for m in messages %}{%- if m['role'] == 'system' %}[SYS]{{ m['content'] }}[/SYS]{%- endif %}"
+    "{%- endfor %}"
+    "{%- for m in messages %}{%- if m['role'] != 'system' %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "<|im_end|>\n{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "name"), [(_SYSTEM_LOOP_FIRST, "qwen3"), (None, "mistral")], ids=["crafted", "mistral"]
+)
+def test_u_end_of_a_continued_message_is_where_the_rendering_loop_began_it(source, name: str) -> None:
+    """With two loops over the messages, U_end under ``continue_final_message`` comes from the
+    one that spreads its messages over the most places: the loop that renders the turns."""
+    fam = family(name) if source is None else boundary.Family.from_template(source, family(name).tokenizer)
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is the capital of Italy?"},
+        {"role": "assistant", "content": "The capital is"},
+    ]
+    r = fam.render(messages, continue_final_message=True)
+    hf = fam.tokenizer.to_transformers(fam.template())
+    prepared, _ = reference_request(fam, messages)
+    assert r.text == hf.apply_chat_template(prepared, continue_final_message=True, tokenize=False)
+    history = hf.apply_chat_template(prepared[:-1], add_generation_prompt=False, tokenize=False)
+    assert r.text.startswith(history) and r.input_end.char == len(history)
+    assert r.message_starts[-1] == len(history)
+    ids = hf.apply_chat_template(prepared[:-1], add_generation_prompt=False, tokenize=True, return_dict=False)
+    assert r.u_end == len(ids) and r.token_ids[: r.u_end] == ids
+
+
 def test_generation_blocks_are_tracked_inside_macros_that_printed_first() -> None:
     src = (
         "{% macro turn(m) %}<|im_start|>{{ m.role }}{{ '\\n' }}"

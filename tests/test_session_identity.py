@@ -197,6 +197,7 @@ _EXTRA_TOOL = [{"type": "function", "function": {"name": "f", "parameters": {}},
         (_EXTRA_FIELD, None, r"messages\[0\]\.metadata"),
         ([{"role": "user", "content": "hi"}], _EXTRA_TOOL, "tools"),
     ],
+    ids=["a-message-field", "a-tool-field"],
 )
 def test_a_session_revalidates_when_strict_request_is_turned_on(
     messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, field: str
