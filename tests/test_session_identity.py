@@ -210,3 +210,76 @@ def test_a_session_revalidates_when_strict_request_is_turned_on(
     with pytest.raises(boundary.RequestError, match=field):
         session.render(messages, tools, strict_request=True)
     assert session.render(messages, tools).token_ids == lenient.token_ids  # and back again
+
+
+def _counting(fam: boundary.Family) -> list[int]:
+    """Characters the family's tokenizer encodes, one entry per call (patched on the instance)."""
+    tok = fam.tokenizer
+    calls: list[int] = []
+    encode, segment_map = tok.encode, tok.segment_map
+
+    def counted_encode(text: str, **options: Any) -> Any:
+        calls.append(len(text))
+        return encode(text, **options)
+
+    def counted_segment_map(segment: str) -> Any:
+        calls.append(len(segment))
+        return segment_map(segment)
+
+    tok.encode = counted_encode  # type: ignore[method-assign]
+    tok.segment_map = counted_segment_map  # type: ignore[method-assign]
+    return calls
+
+
+def _lstrip_families() -> list[Any]:
+    """A tokenizer built from components whose end-of-turn token strips the whitespace before
+    it, and the Qwen3.5 vocabulary with ``<|im_end|>`` made ``lstrip`` (no fast path then)."""
+    import tokenizers
+
+    from tests.test_encoding import family as built
+
+    qwen = family("qwen3_5")
+    backend = tokenizers.Tokenizer.from_str(qwen.tokenizer.backend.to_str())
+    backend.add_special_tokens(
+        [tokenizers.AddedToken("<|im_end|>", lstrip=True, normalized=False, special=True)]
+    )
+    stripped = boundary.Family.from_template(
+        qwen.template(), backend, special_tokens=dict(qwen.tokenizer.special_tokens_map)
+    )
+    return [
+        pytest.param(lambda: built("lstrip_rstrip"), id="phi-like"),
+        pytest.param(lambda: stripped, id="qwen3_5"),
+    ]
+
+
+@pytest.mark.parametrize("make", _lstrip_families())
+def test_thirty_turns_with_an_lstrip_token_encode_only_what_each_turn_changed(make: Any) -> None:
+    """Per turn: one encode, of the text after the shared prefix, back to the last safe cut
+    before it (at most one message and a few lookaheads back: the start of an lstrip token is
+    no cut); never the whole conversation again. The wall-clock bound only catches a hang
+    (the issue saw a turn not finish in 30 s)."""
+    import time
+
+    from boundary.prefixes import common_prefix_length
+
+    fam = make()
+    assert not fam.tokenizer.cut_rule.starts >= fam.tokenizer.cut_rule.ends  # an lstrip token: no start cut
+    calls = _counting(fam)
+    session = fam.session()
+    lookahead = fam.tokenizer.cut_rule.lookahead
+    messages: list[dict[str, Any]] = []
+    previous = ""
+    started = time.monotonic()
+    for turn in range(30):
+        role = "user" if turn % 2 == 0 else "assistant"
+        messages.append({"role": role, "content": f"turn {turn}: change my flight please   \n" * 5})
+        del calls[:]
+        r = session.render(messages)
+        changed = len(r.text) - common_prefix_length(previous, r.text)
+        longest = max(len(m["content"]) for m in messages)
+        assert len(calls) <= 2 and sum(calls) <= changed + longest + 4 * lookahead + 64, (turn, calls)
+        previous = r.text
+        if turn % 10 == 9:
+            assert r.token_ids == fam.render(messages).token_ids
+    assert time.monotonic() - started < 60
+    assert session.stats.encoded_tokens < 3 * len(r.token_ids)  # linear overall, not quadratic
