@@ -5,7 +5,8 @@ incrementally; the ``Family`` facade offers it.
 
 A serving frontend renders every turn of a conversation, and each request repeats the whole
 history. ``Session.render`` gives exactly what ``Family.render`` gives for the same request,
-but only validates the messages it has not seen and only tokenizes the text after the last
+but only validates the messages it has not seen (by exact content: key order and value
+types kept, see ``boundary.request_identity``) and only tokenizes the text after the last
 point where (a) the new text agrees with the previous request's text and (b) the token
 stream is provably cut there: a safe cut that the tokenizer's encoder itself declares
 (``Tokenizer.cut_rule``, rule in ``boundary.encoding``) lying at least ``lookahead``
@@ -21,15 +22,12 @@ The Jinja render itself is repeated every turn: it is the only way to know the e
 
 from __future__ import annotations
 
-import copy
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
-
-from pydantic import BaseModel
 
 from boundary.boundaries import Rendering, assemble
 from boundary.encoding import Cut, CutTokenMap
@@ -45,8 +43,7 @@ from boundary.protocol import (
     to_template_tools,
 )
 from boundary.renderer import Renderer, check_arguments
-
-_UNSET = object()
+from boundary.request_identity import ContentKey, item_key, items_key
 
 
 @dataclass(slots=True)
@@ -62,17 +59,22 @@ class SessionStats:
 class Session:
     """Renders the successive requests of one conversation; results equal ``Family.render``.
 
-    Messages are compared by value with the ones seen before (a private copy is kept of each
-    new message), so callers may pass freshly parsed dicts every turn.
+    A message counts as seen only when its exact content is: each message given is keyed by
+    ``boundary.request_identity.item_key`` (key order and value types kept, ``1`` / ``1.0`` /
+    ``True`` distinct), taken when it is rendered, so a caller may pass freshly parsed dicts
+    every turn or edit earlier message objects in place between turns. Tools are keyed the
+    same way, as a whole. Everything kept was validated under one ``(arguments,
+    strict_request)`` pair; a call with another pair starts the messages over, and the tools
+    key includes ``strict_request``.
     """
 
     def __init__(self, family: Renderer) -> None:
         self.family = family
         self.stats = SessionStats()
-        self._seen: list[Any] = []  # copies of the messages last given
+        self._keys: list[ContentKey | None] = []  # keys of the messages last given
         self._normalized: list[dict[str, Any]] = []
-        self._arguments: tuple[ArgumentsForm, bool] | None = None  # the normalization the cache holds
-        self._tools_raw: Any = _UNSET
+        self._parsed_under: tuple[ArgumentsForm, bool] | None = None  # (arguments, strict_request)
+        self._tools_key: tuple[bool, ContentKey] | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._text = ""
         self._ids: list[int] = []
@@ -98,9 +100,7 @@ class Session:
         fam = self.family
         check_arguments(arguments)
         normalized = self._prepare(messages, arguments or fam.tool_arguments(variant), strict_request)
-        if strict_request or self._tools_raw is _UNSET or tools != self._tools_raw:
-            self._tools = to_template_tools(parse_tools(tools, strict=strict_request))
-            self._tools_raw = copy.deepcopy(tools)
+        self._prepare_tools(tools, strict_request)
         options: dict[str, Any] = {
             "continue_final_message": continue_final_message,
             "strict_template_kwargs": strict_template_kwargs,
@@ -137,22 +137,32 @@ class Session:
     def _prepare(
         self, messages: Sequence[Any], arguments: ArgumentsForm, strict: bool = False
     ) -> list[dict[str, Any]]:
+        """The normalized messages: those whose key matches the one kept at the same index
+        (a prefix) are reused, the rest validated and normalized again."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
-        if (arguments, strict) != self._arguments:
-            self._seen, self._normalized, self._arguments = [], [], (arguments, strict)
+        if (arguments, strict) != self._parsed_under:
+            self._keys, self._normalized, self._parsed_under = [], [], (arguments, strict)
+        keys = [item_key(m) for m in messages]
         keep = 0
-        limit = min(len(messages), len(self._seen))
-        while keep < limit and _same(messages[keep], self._seen[keep]):
+        limit = min(len(keys), len(self._keys))
+        while keep < limit and keys[keep] is not None and keys[keep] == self._keys[keep]:
             keep += 1
         tail = messages[keep:]
         models = parse_messages(
             tail, first_index=keep, call_ids=call_ids_of(self._normalized[:keep]), strict=strict
         )
         self._normalized = self._normalized[:keep] + self.family.normalize(models, arguments)
-        self._seen = self._seen[:keep] + [m if isinstance(m, BaseModel) else copy.deepcopy(m) for m in tail]
+        self._keys = keys
         self.stats.revalidated_messages += len(tail)
         return list(self._normalized)
+
+    def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool) -> None:
+        """Validate and normalize ``tools`` unless exactly these were, under this ``strict``."""
+        key = items_key(tools)
+        if key is None or (strict, key) != self._tools_key:
+            self._tools = to_template_tools(parse_tools(tools, strict=strict))
+            self._tools_key = None if key is None else (strict, key)
 
     def _encode(self, text: str) -> tuple[list[int], TokenMap]:
         """``text``'s ids and token map: the previous ids up to the last safe cut at least
@@ -176,12 +186,6 @@ class Session:
         if start.char == 0:
             return ids, suffix.token_map
         return ids, CutTokenMap(text, cuts, len(ids), tok.segment_map)
-
-
-def _same(given: Any, seen: Any) -> bool:
-    if isinstance(given, BaseModel):
-        return bool(given == seen)
-    return isinstance(given, Mapping) and given == seen
 
 
 class SessionCache:

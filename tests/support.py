@@ -4,7 +4,9 @@ Imported by tests as ``tests.support``."""
 
 from __future__ import annotations
 
+import copy
 import json
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
 from pathlib import Path
@@ -52,3 +54,57 @@ def reference_tokenizer(name: str, variant: str) -> Any:
 
 def fixed_strftime(fmt: str) -> str:
     return FIXED_NOW.strftime(fmt)
+
+
+def reference_request(
+    fam: boundary.Family,
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None = None,
+    variant: str | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The raw request as a serving frontend hands it to transformers' ``apply_chat_template``,
+    built here from the documented rules, not with boundary's request code (the code under
+    test): messages and tools as sent (copied), plus vLLM's four conventions, a ``None``
+    content made ``""``; ``tool_calls`` left out when None or empty, each call typed
+    ``function``, its arguments parsed to an object (or kept / written as JSON text for a
+    template that wants text); reasoning under ``reasoning`` and ``reasoning_content``
+    (``reasoning`` wins) and under the family's reasoning field unless set; and for a
+    family that reads text only, text parts joined with newlines. Family facts are read
+    from its spec (data)."""
+    spec = fam.spec
+    wanted = next(
+        (v.tool_arguments for v in spec.variants if v.name == (variant or fam.default_variant)), None
+    )
+    as_text = (wanted or spec.tool_arguments) == "string"
+    raw = copy.deepcopy(list(messages))
+    out = [_reference_message(dict(m), spec.reasoning_field, as_text) for m in raw]
+    if spec.content_parts == "join":
+        for m in out:
+            if isinstance(m.get("content"), list):
+                m["content"] = "\n".join(p["text"] for p in m["content"] if p.get("type") == "text")
+    return out, None if tools is None else copy.deepcopy(list(tools))
+
+
+def _reference_message(m: dict[str, Any], reasoning_field: str, as_text: bool) -> dict[str, Any]:
+    if "content" in m and m["content"] is None:
+        m["content"] = ""
+    if m.get("role") != "assistant":
+        return m
+    reasoning = m.get("reasoning") if m.get("reasoning") is not None else m.get("reasoning_content")
+    if reasoning is not None:
+        m["reasoning_content"] = m["reasoning"] = reasoning
+        if m.get(reasoning_field) is None:
+            m[reasoning_field] = reasoning
+    if not m.get("tool_calls"):
+        m.pop("tool_calls", None)
+        return m
+    calls = []
+    for call in m["tool_calls"]:
+        arguments = call["function"]["arguments"]
+        if as_text:
+            arguments = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+        elif isinstance(arguments, str):
+            arguments = json.loads(arguments) if arguments else {}
+        calls.append({**call, "type": "function", "function": {**call["function"], "arguments": arguments}})
+    m["tool_calls"] = calls
+    return m

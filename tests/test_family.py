@@ -14,7 +14,7 @@ import pytest
 
 import boundary
 from boundary.resources import data_dir
-from tests.support import FIXED_NOW, ROOT, family, fixed_strftime, fixture_cases
+from tests.support import FIXED_NOW, ROOT, family, fixed_strftime, fixture_cases, reference_request
 
 HYBRID = {
     "qwen3_next",
@@ -82,7 +82,7 @@ def test_from_pretrained_reads_a_saved_model_directory(tmp_path) -> None:
     hf.save_pretrained(tmp_path)
     fam = boundary.Family.from_pretrained(tmp_path)
     case = next(c for c in fixture_cases() if c["name"] == "tool_loop_two_steps")
-    msgs, tools = fam.prepare(case["messages"], case["tools"])
+    msgs, tools = reference_request(fam, case["messages"], case["tools"])
     r = fam.render(case["messages"], case["tools"])
     assert r.token_ids == _reference_ids(hf, msgs, tools)
     history = hf.apply_chat_template(
@@ -249,7 +249,7 @@ def test_held_out_templates_match_transformers_and_list_the_kwargs_they_ignore(
     name: str, kwargs: dict[str, Any], case: dict[str, Any]
 ) -> None:
     fam, hf = _held_out(name)
-    messages, tools = fam.prepare(case["messages"], case.get("tools"))
+    messages, tools = reference_request(fam, case["messages"], case.get("tools"))
 
     def reference(agp: bool, tokenize: bool) -> Any:
         return hf.apply_chat_template(

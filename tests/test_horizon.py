@@ -14,7 +14,14 @@ from boundary.horizon import generated_char_ends, stability_horizon
 from boundary.outputs import format_output, parse_output
 from boundary.prefixes import common_prefix_length as common_prefix
 from boundary.roundtrip import ClientHabits
-from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases, reference_tokenizer
+from tests.support import (
+    FIXED_NOW,
+    family,
+    fixed_strftime,
+    fixture_cases,
+    reference_request,
+    reference_tokenizer,
+)
 
 CASES = {c["name"]: c for c in fixture_cases()}
 TURNS = sum(m["role"] == "assistant" for c in CASES.values() for m in c["messages"])
@@ -111,7 +118,7 @@ HOLDING = [
 def _transformers_refuses(name, messages, tools, kwargs) -> bool:
     """Whether transformers' own render of the request raises (the template refuses it)."""
     fam = family(name)
-    prepared, prepared_tools = fam.prepare(messages, tools)
+    prepared, prepared_tools = reference_request(fam, messages, tools)
     try:
         reference_tokenizer(name, fam.default_variant).apply_chat_template(
             prepared,

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import boundary
-from tests.support import FIXED_NOW, family, fixed_strftime, reference_tokenizer
+from tests.support import FIXED_NOW, family, fixed_strftime, reference_request, reference_tokenizer
 
 CONTROL = [
     "<|im_start|>",
@@ -107,7 +107,7 @@ def test_generated_conversations_render_like_transformers_with_u_end_at_the_hist
     fam = family(name)
     tools = TOOLS if with_tools else None
     hf = reference_tokenizer(name, fam.default_variant)
-    msgs, template_tools = fam.prepare(messages, tools)
+    msgs, template_tools = reference_request(fam, messages, tools)
 
     def reference(agp: bool, tokenize: bool):
         return hf.apply_chat_template(

@@ -15,6 +15,7 @@ from tests.support import (
     fixed_strftime,
     fixture_cases,
     kwarg_settings,
+    reference_request,
     reference_tokenizer,
     shipped_variants,
 )
@@ -51,7 +52,7 @@ def _reference(name: str, variant: str, messages, tools, agp: bool, kwargs, *, t
 @pytest.mark.parametrize(("name", "variant", "kwargs", "case"), _matrix())
 def test_text_ids_and_u_end_match_transformers(name: str, variant: str, kwargs: dict, case: dict) -> None:
     fam = family(name)
-    messages, tools = fam.prepare(case["messages"], case.get("tools"), variant=variant)
+    messages, tools = reference_request(fam, case["messages"], case.get("tools"), variant)
     try:
         ref_text = _reference(name, variant, messages, tools, True, kwargs, tokenize=False)
     except Exception as exc:  # the template itself refuses this conversation
@@ -145,6 +146,40 @@ def test_message_starts_follow_the_rendering_loop() -> None:
     for i in range(2, len(starts)):
         assert starts[i] is not None and starts[i - 1] < starts[i]
         assert r.text[starts[i] :].startswith("<|im_start|>" + case["messages"][i]["role"])
+
+
+# A loop that prints the system message first, then the loop that renders the turns: both
+# iterate ``messages`` and print, but the first leaves every later message at one place.
+_SYSTEM_LOOP_FIRST = (
+    "{%- for m in messages %}{%- if m['role'] == 'system' %}[SYS]{{ m['content'] }}[/SYS]{%- endif %}"
+    "{%- endfor %}"
+    "{%- for m in messages %}{%- if m['role'] != 'system' %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}"
+    "<|im_end|>\n{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{%- endif %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "name"), [(_SYSTEM_LOOP_FIRST, "qwen3"), (None, "mistral")], ids=["crafted", "mistral"]
+)
+def test_u_end_of_a_continued_message_is_where_the_rendering_loop_began_it(source, name: str) -> None:
+    """With two loops over the messages, U_end under ``continue_final_message`` comes from the
+    one that spreads its messages over the most places: the loop that renders the turns."""
+    fam = family(name) if source is None else boundary.Family.from_template(source, family(name).tokenizer)
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What is the capital of Italy?"},
+        {"role": "assistant", "content": "The capital is"},
+    ]
+    r = fam.render(messages, continue_final_message=True)
+    hf = fam.tokenizer.to_transformers(fam.template())
+    prepared, _ = reference_request(fam, messages)
+    assert r.text == hf.apply_chat_template(prepared, continue_final_message=True, tokenize=False)
+    history = hf.apply_chat_template(prepared[:-1], add_generation_prompt=False, tokenize=False)
+    assert r.text.startswith(history) and r.input_end.char == len(history)
+    assert r.message_starts[-1] == len(history)
+    ids = hf.apply_chat_template(prepared[:-1], add_generation_prompt=False, tokenize=True, return_dict=False)
+    assert r.u_end == len(ids) and r.token_ids[: r.u_end] == ids
 
 
 def test_generation_blocks_are_tracked_inside_macros_that_printed_first() -> None:

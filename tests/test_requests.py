@@ -14,7 +14,14 @@ import pytest
 
 import boundary
 from boundary.protocol import MAX_NESTING, json_text_nesting
-from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases, reference_tokenizer
+from tests.support import (
+    FIXED_NOW,
+    family,
+    fixed_strftime,
+    fixture_cases,
+    reference_request,
+    reference_tokenizer,
+)
 
 USER = {"role": "user", "content": "What is the weather in Rome?"}
 CALL = {"id": "call_1ab2c", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
@@ -203,7 +210,7 @@ def test_dropped_kwargs_are_the_ones_vllm_drops_and_the_text_is_transformers(nam
     messages = next(c for c in fixture_cases() if c["name"] == "multi_turn")["messages"]
     r = fam.render(messages, variant=variant, now=FIXED_NOW, **given)
     assert set(r.ignored_template_kwargs) == set(given) - set(accepted)
-    prepared, _ = fam.prepare(messages, variant=variant)
+    prepared, _ = reference_request(fam, messages, None, variant)
     assert r.text == hf.apply_chat_template(
         prepared, add_generation_prompt=True, tokenize=False, strftime_now=fixed_strftime, **accepted
     )
@@ -416,7 +423,7 @@ def _continue_matrix() -> list[Any]:
 def test_continue_final_message_matches_transformers(name: str, variant: str, case: dict[str, Any]) -> None:
     fam = family(name)
     raw = [*case["messages"], PREFILL]
-    messages, tools = fam.prepare(raw, case.get("tools"), variant=variant)
+    messages, tools = reference_request(fam, raw, case.get("tools"), variant)
     hf = reference_tokenizer(name, variant)
 
     def reference(msgs: list[dict[str, Any]], tokenize: bool, **options: Any) -> Any:
@@ -466,7 +473,7 @@ def test_continue_a_named_field_and_a_list_of_text_parts_as_transformers_does() 
     hf = reference_tokenizer("qwen3_5", fam.default_variant)
     reasoning = [USER, {"role": "assistant", "content": "", "reasoning_content": "Rome is in"}]
     r = fam.render(reasoning, continue_final_message="reasoning_content")
-    prepared, _ = fam.prepare(reasoning)
+    prepared, _ = reference_request(fam, reasoning)
     assert r.text == hf.apply_chat_template(
         prepared, continue_final_message="reasoning_content", tokenize=False
     )
@@ -479,7 +486,7 @@ def test_continue_a_named_field_and_a_list_of_text_parts_as_transformers_does() 
         },
     ]
     r = fam.render(parts, continue_final_message=True)
-    prepared, _ = fam.prepare(parts)
+    prepared, _ = reference_request(fam, parts)
     assert r.text == hf.apply_chat_template(prepared, continue_final_message=True, tokenize=False)
     assert r.text.endswith("sunny and")
 
@@ -487,7 +494,7 @@ def test_continue_a_named_field_and_a_list_of_text_parts_as_transformers_does() 
 def test_continue_final_message_refuses_what_transformers_refuses() -> None:
     fam = family("qwen3_5")
     hf = reference_tokenizer("qwen3_5", fam.default_variant)
-    prepared, _ = fam.prepare([USER, PREFILL])
+    prepared, _ = reference_request(fam, [USER, PREFILL])
     with pytest.raises(ValueError, match="not compatible"):
         hf.apply_chat_template(
             prepared, continue_final_message=True, add_generation_prompt=True, tokenize=False

@@ -33,6 +33,7 @@ from tests.support import (
     fixed_strftime,
     fixture_cases,
     kwarg_settings,
+    reference_request,
     reference_tokenizer,
     shipped_variants,
 )
@@ -93,7 +94,7 @@ def _matrix() -> list[Any]:
 
 def _reference_ids(name: str, variant: str, messages: list[dict], tools, kwargs: dict) -> list[int]:
     fam = family(name, variant)
-    prepared, prepared_tools = fam.prepare(messages, tools)
+    prepared, prepared_tools = reference_request(fam, messages, tools, variant)
     return reference_tokenizer(name, variant).apply_chat_template(
         prepared,
         tools=prepared_tools,

@@ -108,13 +108,13 @@ def test_default_limits_render_the_longest_tau_bench_request_exactly_as_transfor
     user message) renders under the defaults, text and ids equal to transformers' unlimited
     render of it."""
     from boundary.datasets import tau_bench_airline
-    from tests.support import FIXED_NOW, family, fixed_strftime, reference_tokenizer
+    from tests.support import FIXED_NOW, family, fixed_strftime, reference_request, reference_tokenizer
 
     fam = family("gpt_oss")
     longest = max(tau_bench_airline(), key=len)
     request = longest[: max(i for i, m in enumerate(longest) if m["role"] == "user") + 1]
     r = fam.render(request, now=FIXED_NOW)
-    prepared, _ = fam.prepare(request)
+    prepared, _ = reference_request(fam, request)
     hf = reference_tokenizer("gpt_oss", fam.default_variant)
     kwargs = {"add_generation_prompt": True, "strftime_now": fixed_strftime}
     text = hf.apply_chat_template(prepared, tokenize=False, **kwargs)

@@ -1,0 +1,104 @@
+"""Content keys tell apart every two values a template can tell apart (key order, ``1`` /
+``1.0`` / ``True``, list / tuple, ``str`` / a subclass), give equal values equal keys however
+they share references, and give none to values that are not plain builtins."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from boundary.request_identity import content_key, item_key, items_key
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 3),
+    st.floats(allow_nan=False, width=16),
+    st.text(max_size=4),
+)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.lists(inner, max_size=3).map(tuple),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers(0, 2)), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+def _same_tree(a: Any, b: Any) -> bool:
+    """Equal as a template sees them: exact types, and dict keys in the same order."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return (
+            list(a) == list(b)
+            and all(_same_tree(k, j) for k, j in zip(a, b, strict=True))
+            and all(_same_tree(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same_tree(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float):
+        return a.hex() == b.hex()
+    return bool(a == b)
+
+
+@given(_VALUES, _VALUES)
+def test_equal_keys_mean_the_same_tree_of_the_same_types(a: Any, b: Any) -> None:
+    assert content_key(a) is not None
+    assert (content_key(a) == content_key(b)) == _same_tree(a, b)
+
+
+def test_values_python_holds_equal_get_different_keys() -> None:
+    assert content_key(1) != content_key(1.0) != content_key(True) != content_key(1)
+    assert content_key({"a": 1, "b": 2}) != content_key({"b": 2, "a": 1})
+    assert content_key([1]) != content_key((1,))
+    assert content_key({1: "x"}) != content_key({"1": "x"})
+    assert content_key(0.0) != content_key(-0.0)
+
+
+def test_shared_references_serialize_like_equal_copies() -> None:
+    part = {"type": "text", "text": "hi"}
+    assert content_key([part, part]) == content_key([{"type": "text", "text": "hi"}, dict(part)])
+
+
+def test_values_that_are_not_plain_builtins_have_no_key() -> None:
+    class Kind(enum.IntEnum):
+        ONE = 1
+
+    class Text(str):
+        pass
+
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    for value in [Kind.ONE, Text("x"), {"a": object()}, cycle, deep]:
+        assert content_key(value) is None
+
+
+def test_a_key_is_a_copy_later_edits_do_not_reach() -> None:
+    message = {"role": "user", "content": "first"}
+    key = item_key(message)
+    message["content"] = "changed"
+    assert item_key(message) != key
+    message["content"] = "first"
+    assert item_key(message) == key
+
+
+class _Message(BaseModel):
+    role: str
+    content: str | None = None
+
+
+def test_pydantic_items_are_keyed_by_what_the_request_stage_reads() -> None:
+    assert item_key(_Message(role="user", content="hi")) == item_key({"role": "user", "content": "hi"})
+    assert item_key(_Message(role="user")) == item_key({"role": "user"})  # unset fields left out
+    assert items_key(None) != items_key([])
+    assert items_key([_Message(role="user")]) == items_key([{"role": "user"}])
