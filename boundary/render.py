@@ -158,9 +158,15 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
         variables = frozenset(jinja2.meta.find_undeclared_variables(tree))
         instrumented = ins.instrument(env.parse(source))  # a fresh tree: instrument() mutates it
         template = env.from_string(instrumented.tree)
+        flipped = tuple(flipped_test(p.test, env) for p in instrumented.probes)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateLoadError(f"syntax error: {exc.message}", location=f"template:{exc.lineno}") from None
-    flipped = tuple(flipped_test(p.test, env) for p in instrumented.probes)
+    except (RecursionError, SyntaxError, MemoryError) as exc:
+        # jinja2's parser and code generator, and Python's compiler after them, recurse once per
+        # nesting level: deep ``(((...)))``, ``{% if %}`` or ``{% for %}`` nesting ends here
+        raise TemplateLoadError(
+            f"the template nests too deeply to compile ({type(exc).__name__}: {exc})", location="template"
+        ) from None
     return CompiledTemplate(
         source, template, variables, flipped, instrumented.unavailable_reason, instrumented.generation_reason
     )

@@ -28,7 +28,7 @@ from typing import Any, cast
 import tokenizers
 
 from boundary.encoding import Cut, CutRule, CutTokenMap, SegmentEncoder, cut_rule
-from boundary.errors import TokenizerError
+from boundary.errors import TemplateLoadError, TokenizerError
 from boundary.offsets import CharOffset, OffsetsTokenMap, TokenMap, TokenOffset
 from boundary.shipped_vocabularies import (
     VocabularySpec,
@@ -302,7 +302,10 @@ def template_literals(template_source: str) -> str:
     from jinja2 import nodes
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    ast = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).parse(template_source)
+    try:
+        ast = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).parse(template_source)
+    except RecursionError:
+        raise TemplateLoadError("the template nests too deeply to parse", location="template") from None
     literals = {n.data for n in ast.find_all(nodes.TemplateData)}
     literals |= {n.value for n in ast.find_all(nodes.Const) if isinstance(n.value, str)}
     return "\0".join(literals)
