@@ -63,12 +63,12 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import tokenizers
 
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
+from boundary.rank_files import RankFile
 
 # Pre-tokenizers that split and rewrite each piece on its own, wherever the piece lies.
 _PIECEWISE_PRE_TOKENIZERS = frozenset(
@@ -270,13 +270,16 @@ def token_pattern(tokens: Iterable[str]) -> re.Pattern[str]:
 
 
 @cache
-def _tiktoken_encoding(rank_file: str, pattern: str) -> Any:
+def _tiktoken_encoding(rank_file: RankFile, pattern: str) -> Any:
+    """tiktoken's encoder over ``rank_file``'s verified bytes (read and hashed once per process;
+    never tiktoken's own loader, which prefers an unchecked copy in its temp cache)."""
     import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
 
-    ranks = load_tiktoken_bpe(rank_file)
     return tiktoken.Encoding(
-        name=f"boundary:{Path(rank_file).stem}", pat_str=pattern, mergeable_ranks=ranks, special_tokens={}
+        name=f"boundary:{rank_file.path.stem}",
+        pat_str=pattern,
+        mergeable_ranks=rank_file.ranks(),
+        special_tokens={},
     )
 
 
@@ -292,13 +295,13 @@ class SegmentEncoder:
 
     def __init__(
         self,
-        rank_file: Path,
+        rank_file: RankFile,
         pattern: str,
         added_tokens: Mapping[str, int],
         *,
         normalize: Callable[[str], str] | None,
     ) -> None:
-        self._rank_file = str(rank_file)
+        self._rank_file = rank_file
         self._pattern_str = pattern
         self._added = dict(added_tokens)
         self._pattern = token_pattern(self._added)

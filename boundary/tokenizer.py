@@ -30,6 +30,7 @@ import tokenizers
 from boundary.encoding import Cut, CutRule, CutTokenMap, SegmentEncoder, cut_rule
 from boundary.errors import TemplateLoadError, TokenizerError
 from boundary.offsets import CharOffset, OffsetsTokenMap, TokenMap, TokenOffset
+from boundary.rank_files import RankFile
 from boundary.shipped_vocabularies import (
     VocabularySpec,
     check_against_tiktoken,
@@ -100,12 +101,13 @@ class Tokenizer:
         source: str = "user-supplied",
         stand_in: bool = False,
         chat_control_tokens: Iterable[str] | None = None,
-        rank_file: Path | None = None,
+        rank_file: RankFile | None = None,
         split_pattern: str | None = None,
     ) -> None:
-        """``rank_file`` / ``split_pattern``: the tiktoken rank file and split regex ``backend``
-        was converted from; when given (and the added tokens allow it) plain text is encoded
-        with tiktoken, which gives the same ids (see ``boundary.encoding``)."""
+        """``rank_file`` / ``split_pattern``: the tiktoken rank file (read only from its verified
+        bytes) and split regex ``backend`` was converted from; when given (and the added tokens
+        allow it) plain text is encoded with tiktoken, which gives the same ids (see
+        ``boundary.encoding``)."""
         self.special_tokens_map: Mapping[str, str] = MappingProxyType(
             {k: v for k, v in (special_tokens or {}).items() if v is not None}
         )
@@ -252,7 +254,7 @@ class Tokenizer:
 
 
 def _segment_encoder(
-    backend: tokenizers.Tokenizer, rank_file: Path | None, split_pattern: str | None, rule: CutRule
+    backend: tokenizers.Tokenizer, rank_file: RankFile | None, split_pattern: str | None, rule: CutRule
 ) -> SegmentEncoder | None:
     """A tiktoken segment encoder for ``backend`` when one provably gives the same ids: a
     converted rank file, no normalizer or NFC (applied with ``backend``'s own normalizer),
