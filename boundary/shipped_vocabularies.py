@@ -15,6 +15,7 @@ cached conversion is used only when its own recorded sha256 matches, else rebuil
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import tomllib
 from collections.abc import Iterable
@@ -96,7 +97,8 @@ def _converted_tiktoken(spec: VocabularySpec) -> tokenizers.Tokenizer:
     if data is not None:
         return _tokenizer_from_bytes(data, str(cached))
     tok = convert_tiktoken(spec, _rank_file(spec))
-    write_cached(cached, tok.to_str().encode())
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        write_cached(cached, tok.to_str().encode())
     return tok
 
 
