@@ -210,3 +210,32 @@ def test_a_deeply_nested_template_is_a_load_error_for_a_family_too() -> None:
     tok = boundary.load_family("qwen3").tokenizer
     with pytest.raises(boundary.TemplateLoadError, match="nests too deeply"):
         boundary.Family.from_template("{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", tok)
+
+
+class _CountingClock:
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def check_tokenizing(self) -> None:
+        self.reads += 1
+
+
+def test_the_segment_encoder_reads_the_clock_at_least_every_64_ki_characters() -> None:
+    tok = boundary.load_family("qwen3").tokenizer
+    clock = _CountingClock()
+    text = ("x" * 70_000 + "<|im_start|>") * 5
+    assert tok.encode(text, clock=clock).ids == tok.encode(text).ids
+    assert clock.reads >= 5
+
+
+@pytest.mark.parametrize("family", ["qwen3", "deepseek_v3"])
+def test_a_rendering_past_its_deadline_is_refused_by_tokenizing(family: str) -> None:
+    from boundary.boundaries import encode_rendering
+    from boundary.render import TextRendering
+    from boundary.sandbox import Deadline, RenderLimits
+
+    rendered = TextRendering(
+        "hello <|im_start|> world", None, "n/a", (), (), Deadline(RenderLimits(max_seconds=0))
+    )
+    with pytest.raises(boundary.RenderLimitExceeded, match=r"^tokenizer: rendering and tokenizing"):
+        encode_rendering(rendered, boundary.load_family(family).tokenizer)
