@@ -88,8 +88,12 @@ class Rendering:
 
 
 def encode_rendering(rendered: TextRendering, tokenizer: Tokenizer) -> Rendering:
-    enc = tokenizer.encode(rendered.text)
-    return assemble(rendered, rendered.text, enc.ids, enc.token_map, lambda c: c)
+    """The tokenization stage, under the render's deadline (``RenderLimitExceeded`` past it)."""
+    enc = tokenizer.encode(rendered.text, clock=rendered.deadline)
+    result = assemble(rendered, rendered.text, enc.ids, enc.token_map, lambda c: c)
+    if rendered.deadline is not None:  # placing U_end may have encoded one segment again
+        rendered.deadline.check_tokenizing()
+    return result
 
 
 # -- sanitize_control_tokens -------------------------------------------------------------------
@@ -134,6 +138,8 @@ def encode_rendering_sanitized(
             raw_pos += 1  # the opening marker
         if part:
             piece_ids, piece_map = _encode_piece(tokenizer, part, as_text, first=(i == 0), newline=newline)
+            if rendered.deadline is not None:
+                rendered.deadline.check_tokenizing()
             if as_text and tokenizer.token_to_id(part) in piece_ids:
                 raise TokenizerError(f"can't sanitize {part!r}: the tokenizer produces it from plain text")
             pieces.append((CharOffset(final_pos), TokenOffset(len(ids)), piece_map))

@@ -102,4 +102,4 @@ def cut_after_final_message(rendered: TextRendering, final: str) -> TextRenderin
     spans = tuple(
         Span(s.start, CharOffset(min(s.end, cut))) for s in rendered.generation_spans if s.start < cut
     )
-    return TextRendering(cut_text, input_end, reason, starts, spans)
+    return TextRendering(cut_text, input_end, reason, starts, spans, rendered.deadline)

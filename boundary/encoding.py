@@ -60,15 +60,15 @@ from __future__ import annotations
 import json
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import tokenizers
 
-from boundary.offsets import CharOffset, TokenMap, TokenOffset
+from boundary.offsets import ByteTokenMap, CharOffset, TokenMap, TokenOffset
+from boundary.rank_files import RankFile
 
 # Pre-tokenizers that split and rewrite each piece on its own, wherever the piece lies.
 _PIECEWISE_PRE_TOKENIZERS = frozenset(
@@ -87,6 +87,14 @@ _PIECEWISE_PRE_TOKENIZERS = frozenset(
     }
 )
 _PIECEWISE_MODELS = frozenset({"BPE", "Unigram", "WordLevel", "WordPiece"})
+_CHARS_PER_CLOCK = 1 << 16  # a segment encoder reads the clock after this much text
+
+
+class Clock(Protocol):
+    """What tokenizing reads of a render's deadline (``boundary.sandbox.Deadline``)."""
+
+    def check_tokenizing(self) -> None:
+        """Raise ``RenderLimitExceeded`` once the render's ``max_seconds`` have passed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,14 +278,20 @@ def token_pattern(tokens: Iterable[str]) -> re.Pattern[str]:
 
 
 @cache
-def _tiktoken_encoding(rank_file: str, pattern: str) -> Any:
+def _tiktoken_encoding(rank_file: RankFile, pattern: str) -> tuple[Any, list[int]]:
+    """tiktoken's encoder over ``rank_file``'s verified bytes (read and hashed once per process;
+    never tiktoken's own loader, which prefers an unchecked copy in its temp cache), and each
+    rank's length in bytes."""
     import tiktoken
-    from tiktoken.load import load_tiktoken_bpe
 
-    ranks = load_tiktoken_bpe(rank_file)
-    return tiktoken.Encoding(
-        name=f"boundary:{Path(rank_file).stem}", pat_str=pattern, mergeable_ranks=ranks, special_tokens={}
+    ranks = rank_file.ranks()
+    lengths = [0] * (max(ranks.values(), default=-1) + 1)
+    for token, rank in ranks.items():
+        lengths[rank] = len(token)
+    encoding = tiktoken.Encoding(
+        name=f"boundary:{rank_file.path.stem}", pat_str=pattern, mergeable_ranks=ranks, special_tokens={}
     )
+    return encoding, lengths
 
 
 class SegmentEncoder:
@@ -285,36 +299,83 @@ class SegmentEncoder:
     every added-token boundary (only built for encoders whose every such boundary is safe).
 
     ``normalize``: the vocabulary's normalizer, applied to each non-ASCII segment; it must
-    leave ASCII text unchanged (NFC does).
+    leave ASCII text unchanged (NFC does). ``fallback``: the same vocabulary's ``tokenizers``
+    encoding of one plain segment (same ids), used for a segment tiktoken cannot encode (its
+    regex engine panics on a whitespace run of about a million characters). With a ``clock``,
+    ``encode`` reads it after every ``_CHARS_PER_CLOCK`` characters encoded.
     """
 
-    __slots__ = ("_added", "_normalize", "_pattern", "_pattern_str", "_rank_file")
+    __slots__ = (
+        "_added",
+        "_added_lengths",
+        "_fallback",
+        "_normalize",
+        "_pattern",
+        "_pattern_str",
+        "_rank_file",
+    )
 
     def __init__(
         self,
-        rank_file: Path,
+        rank_file: RankFile,
         pattern: str,
         added_tokens: Mapping[str, int],
         *,
         normalize: Callable[[str], str] | None,
+        fallback: Callable[[str], list[int]],
     ) -> None:
-        self._rank_file = str(rank_file)
+        self._rank_file = rank_file
         self._pattern_str = pattern
         self._added = dict(added_tokens)
         self._pattern = token_pattern(self._added)
         self._normalize = normalize
+        self._fallback = fallback
+        self._added_lengths = {i: len(t.encode("utf-8")) for t, i in self._added.items()}
 
-    def encode(self, text: str) -> tuple[list[int], list[Cut]]:
-        bpe = _tiktoken_encoding(self._rank_file, self._pattern_str).encode_ordinary
+    def encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], list[Cut]]:
+        bpe = _tiktoken_encoding(self._rank_file, self._pattern_str)[0].encode_ordinary
+        try:
+            return self._encode(text, bpe, clock)
+        except BaseException as exc:  # pyo3's PanicException derives from BaseException
+            if type(exc).__name__ != "PanicException":
+                raise
+        return self._encode(text, self._guarded(bpe), clock)
+
+    def token_map(self, segment: str, ids: Sequence[int]) -> TokenMap | None:
+        """A ``ByteTokenMap`` of ``segment`` from ``ids``, its encoding by ``encode`` (no
+        re-encoding); None when the normalizer changes ``segment`` (offsets would differ)."""
+        if self._normalize is not None and not segment.isascii() and self._normalize(segment) != segment:
+            return None
+        lengths = _tiktoken_encoding(self._rank_file, self._pattern_str)[1]
+        added = self._added_lengths
+        return ByteTokenMap(segment, [added[i] if i in added else lengths[i] for i in ids])
+
+    def _guarded(self, bpe: Callable[[str], list[int]]) -> Callable[[str], list[int]]:
+        def encode(segment: str) -> list[int]:
+            try:
+                return bpe(segment)
+            except BaseException as exc:
+                if type(exc).__name__ != "PanicException":
+                    raise
+            return self._fallback(segment)  # normalized again by the fallback: NFC is idempotent
+
+        return encode
+
+    def _encode(
+        self, text: str, bpe: Callable[[str], list[int]], clock: Clock | None
+    ) -> tuple[list[int], list[Cut]]:
         normalize = self._normalize
         ids: list[int] = []
         cuts: list[Cut] = []
-        pos = 0
+        pos = read_at = 0
         for match in self._pattern.finditer(text):
             start = match.start()
             if start > pos:
                 segment = text[pos:start]
                 ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
+                if clock is not None and start - read_at > _CHARS_PER_CLOCK:
+                    clock.check_tokenizing()
+                    read_at = start
             cuts.append(Cut(CharOffset(start), TokenOffset(len(ids))))
             ids.append(self._added[match.group()])
             pos = match.end()
@@ -322,28 +383,31 @@ class SegmentEncoder:
         if pos < len(text):
             segment = text[pos:]
             ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
+        if clock is not None:
+            clock.check_tokenizing()
         return ids, cuts
 
 
 class CutTokenMap:
     """A ``TokenMap`` from cuts. A position on a cut maps directly; any other position lies in
-    one plain segment between two cuts, which ``segment_map`` encodes on its own (exact, since
-    segments are encoded independently)."""
+    one plain segment between two cuts, whose map ``segment_map`` gives from its text and its
+    ids (``ids`` between the two cuts: segments are encoded independently)."""
 
-    __slots__ = ("_chars", "_cuts", "_n_chars", "_n_tokens", "_segment_map", "_text")
+    __slots__ = ("_chars", "_cuts", "_ids", "_n_chars", "_n_tokens", "_segment_map", "_text")
 
     def __init__(
         self,
         text: str,
         cuts: list[Cut],
-        n_tokens: int,
-        segment_map: Callable[[str], TokenMap],
+        ids: Sequence[int],
+        segment_map: Callable[[str, Sequence[int]], TokenMap],
     ) -> None:
         self._text = text
         self._cuts = cuts
         self._chars = [c.char for c in cuts]
         self._n_chars = len(text)
-        self._n_tokens = n_tokens
+        self._ids = ids
+        self._n_tokens = len(ids)
         self._segment_map = segment_map
 
     def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
@@ -353,6 +417,9 @@ class CutTokenMap:
         start = self._cuts[i] if i >= 0 else Cut(CharOffset(0), TokenOffset(0))
         if start.char == char:
             return start.token, char
-        end = self._chars[i + 1] if i + 1 < len(self._chars) else self._n_chars
-        token, at = self._segment_map(self._text[start.char : end]).floor(CharOffset(char - start.char))
+        end, end_token = self._n_chars, self._n_tokens
+        if i + 1 < len(self._cuts):
+            end, end_token = self._cuts[i + 1].char, self._cuts[i + 1].token
+        segment_map = self._segment_map(self._text[start.char : end], self._ids[start.token : end_token])
+        token, at = segment_map.floor(CharOffset(char - start.char))
         return TokenOffset(start.token + token), CharOffset(start.char + at)

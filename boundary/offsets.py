@@ -9,8 +9,10 @@ types so a char offset cannot be passed where a token offset is meant.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
+from itertools import accumulate
 from typing import NewType, Protocol
 
 CharOffset = NewType("CharOffset", int)
@@ -84,6 +86,31 @@ class OffsetsTokenMap:
         while 0 < k < len(self._starts) and self._starts[k] < self._ends[k - 1]:
             k -= 1
         return TokenOffset(k), CharOffset(self._ends[k - 1] if k else 0)
+
+
+class ByteTokenMap:
+    """A ``TokenMap`` over a text whose tokens' UTF-8 byte lengths are known (a BPE encoding of
+    exactly that text, in order): the boundary before token ``k`` is the sum of the lengths
+    before it, and is no boundary when it falls inside a character (byte-level BPE splits one
+    character over two tokens, as ``OffsetsTokenMap`` says). Holds one int per token, not an
+    encoding with offsets."""
+
+    __slots__ = ("_data", "_ends", "_n_chars", "_text")
+
+    def __init__(self, text: str, token_lengths: Iterable[int]) -> None:
+        self._text = text
+        self._data = text.encode("utf-8")
+        self._ends = list(accumulate(token_lengths))
+        self._n_chars = len(text)
+
+    def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
+        if char >= self._n_chars:
+            return TokenOffset(len(self._ends)), CharOffset(self._n_chars)
+        k = bisect_right(self._ends, len(self._text[:char].encode("utf-8")))
+        while k and self._data[self._ends[k - 1]] & 0xC0 == 0x80:  # inside a character
+            k -= 1
+        byte = self._ends[k - 1] if k else 0
+        return TokenOffset(k), CharOffset(len(self._data[:byte].decode("utf-8")))
 
 
 class PiecewiseTokenMap:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -74,6 +74,8 @@ class TextRendering:
     ``message_starts[i]`` is where the template's message loop began message ``i`` (None if
     it never did, e.g. a system message the template renders outside its loop).
     ``generation_spans`` are the ``{% generation %}`` blocks printed to direct output.
+    ``deadline`` is the render's clock, which tokenizing the text goes on reading (one
+    ``max_seconds`` covers both); None for a text not rendered under limits.
     """
 
     text: str
@@ -81,6 +83,7 @@ class TextRendering:
     input_end_reason: str | None
     message_starts: tuple[CharOffset | None, ...]
     generation_spans: tuple[Span, ...]
+    deadline: Deadline | None = field(default=None, repr=False, compare=False)
 
 
 _RECORDER: ContextVar[_Recorder] = ContextVar("boundary_recorder")
@@ -158,9 +161,15 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
         variables = frozenset(jinja2.meta.find_undeclared_variables(tree))
         instrumented = ins.instrument(env.parse(source))  # a fresh tree: instrument() mutates it
         template = env.from_string(instrumented.tree)
+        flipped = tuple(flipped_test(p.test, env) for p in instrumented.probes)
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateLoadError(f"syntax error: {exc.message}", location=f"template:{exc.lineno}") from None
-    flipped = tuple(flipped_test(p.test, env) for p in instrumented.probes)
+    except (RecursionError, SyntaxError, MemoryError) as exc:
+        # jinja2's parser and code generator, and Python's compiler after them, recurse once per
+        # nesting level: deep ``(((...)))``, ``{% if %}`` or ``{% for %}`` nesting ends here
+        raise TemplateLoadError(
+            f"the template nests too deeply to compile ({type(exc).__name__}: {exc})", location="template"
+        ) from None
     return CompiledTemplate(
         source, template, variables, flipped, instrumented.unavailable_reason, instrumented.generation_reason
     )
@@ -244,18 +253,17 @@ def render_text(
     }
     if now is not None:
         context["strftime_now"] = fixed_clock(now)
-    raw = _run(compiled.template, context, recorder, limits)
-    return _read_marks(raw, recorder, compiled, len(messages))
+    deadline = Deadline(limits)
+    raw = _run(compiled.template, context, recorder, deadline)
+    return _read_marks(raw, recorder, compiled, len(messages), deadline)
 
 
-def _run(
-    template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, limits: RenderLimits
-) -> str:
+def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, deadline: Deadline) -> str:
     """Render with ``recorder`` and one ``Deadline`` (loop steps, sizes, clock) active: the
     template's own generator is drawn directly, with jinja2's traceback rewriting on errors."""
     chunks: list[str] = []
     size = 0
-    deadline = Deadline(limits)
+    limits = deadline.limits
     tokens = limited(deadline), _RECORDER.set(recorder)
     try:
         try:
@@ -296,7 +304,9 @@ def _run(
     return "".join(chunks)
 
 
-def _read_marks(raw: str, recorder: _Recorder, compiled: CompiledTemplate, n_messages: int) -> TextRendering:
+def _read_marks(
+    raw: str, recorder: _Recorder, compiled: CompiledTemplate, n_messages: int, deadline: Deadline
+) -> TextRendering:
     nonce = recorder.nonce
     pieces: list[str] = []
     length = 0
@@ -335,7 +345,8 @@ def _read_marks(raw: str, recorder: _Recorder, compiled: CompiledTemplate, n_mes
     else:
         # No probe disagreed: the generation flag changes nothing for this conversation.
         input_end, reason = CharOffset(len(text)), None
-    return TextRendering(text, input_end, reason, _message_starts(sites, n_messages), tuple(spans))
+    starts = _message_starts(sites, n_messages)
+    return TextRendering(text, input_end, reason, starts, tuple(spans), deadline)
 
 
 def _message_starts(sites: dict[int, dict[int, int]], n: int) -> tuple[CharOffset | None, ...]:

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from boundary.boundaries import Rendering, assemble
-from boundary.encoding import Cut, CutTokenMap
+from boundary.encoding import Clock, Cut, CutTokenMap
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
 from boundary.protocol import (
@@ -129,7 +129,7 @@ class Session:
             **template_kwargs,
         )
         text = rendered.text
-        ids, token_map = self._encode(text)
+        ids, token_map = self._encode(text, rendered.deadline)
         result = assemble(rendered, text, ids, token_map, lambda c: c)
         ignored = fam.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs).ignored
         return replace(result, ignored_template_kwargs=ignored) if ignored else result
@@ -164,7 +164,7 @@ class Session:
             self._tools = to_template_tools(parse_tools(tools, strict=strict))
             self._tools_key = None if key is None else (strict, key)
 
-    def _encode(self, text: str) -> tuple[list[int], TokenMap]:
+    def _encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
         """``text``'s ids and token map: the previous ids up to the last safe cut at least
         ``cut_rule.lookahead`` chars inside the text both requests share, then the rest
         encoded on its own (everything, when the encoder declares no safe cut)."""
@@ -172,7 +172,7 @@ class Session:
         shared = common_prefix_length(self._text, text)
         k = bisect_right([c.char for c in self._cuts], shared - tok.cut_rule.lookahead) - 1
         start = self._cuts[k] if k >= 0 else Cut(CharOffset(0), TokenOffset(0))
-        suffix = tok.encode(text[start.char :], with_cuts=True)
+        suffix = tok.encode(text[start.char :], with_cuts=True, clock=clock)
         ids = self._ids[: start.token] + suffix.ids
         cuts = self._cuts[: k + 1] + [
             Cut(CharOffset(start.char + c.char), TokenOffset(start.token + c.token))
@@ -185,7 +185,7 @@ class Session:
         self.stats.encoded_tokens += len(suffix.ids)
         if start.char == 0:
             return ids, suffix.token_map
-        return ids, CutTokenMap(text, cuts, len(ids), tok.segment_map)
+        return ids, CutTokenMap(text, cuts, ids, tok.segment_map)
 
 
 class SessionCache:

@@ -19,7 +19,7 @@ Shipped vocabularies (``vocabularies/<name>/vocabulary.toml``) are loaded by
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -27,9 +27,10 @@ from typing import Any, cast
 
 import tokenizers
 
-from boundary.encoding import Cut, CutRule, CutTokenMap, SegmentEncoder, cut_rule
-from boundary.errors import TokenizerError
+from boundary.encoding import Clock, Cut, CutRule, CutTokenMap, SegmentEncoder, cut_rule
+from boundary.errors import TemplateLoadError, TokenizerError
 from boundary.offsets import CharOffset, OffsetsTokenMap, TokenMap, TokenOffset
+from boundary.rank_files import RankFile
 from boundary.shipped_vocabularies import (
     VocabularySpec,
     check_against_tiktoken,
@@ -100,12 +101,13 @@ class Tokenizer:
         source: str = "user-supplied",
         stand_in: bool = False,
         chat_control_tokens: Iterable[str] | None = None,
-        rank_file: Path | None = None,
+        rank_file: RankFile | None = None,
         split_pattern: str | None = None,
     ) -> None:
-        """``rank_file`` / ``split_pattern``: the tiktoken rank file and split regex ``backend``
-        was converted from; when given (and the added tokens allow it) plain text is encoded
-        with tiktoken, which gives the same ids (see ``boundary.encoding``)."""
+        """``rank_file`` / ``split_pattern``: the tiktoken rank file (read only from its verified
+        bytes) and split regex ``backend`` was converted from; when given (and the added tokens
+        allow it) plain text is encoded with tiktoken, which gives the same ids (see
+        ``boundary.encoding``)."""
         self.special_tokens_map: Mapping[str, str] = MappingProxyType(
             {k: v for k, v in (special_tokens or {}).items() if v is not None}
         )
@@ -123,19 +125,30 @@ class Tokenizer:
         return f"Tokenizer(vocab={self.backend.get_vocab_size()}, source={self.source!r})"
 
     # -- encoding -------------------------------------------------------------------------
-    def encode(self, text: str, *, with_cuts: bool = False) -> Encoded:
+    def encode(self, text: str, *, with_cuts: bool = False, clock: Clock | None = None) -> Encoded:
         """Encode as ``apply_chat_template(tokenize=True)`` does: added tokens matched, no BOS/EOS
-        added. ``with_cuts`` also lists the safe cuts (the tiktoken path always does)."""
+        added. ``with_cuts`` also lists the safe cuts (the tiktoken path always does). ``clock``
+        (a render's deadline) is read between tiktoken segments, else before and after the
+        one ``tokenizers`` call."""
         if self.segments is not None:
-            ids, cuts = self.segments.encode(text)
-            return Encoded(ids, CutTokenMap(text, cuts, len(ids), self.segment_map), cuts)
+            ids, cuts = self.segments.encode(text, clock)
+            return Encoded(ids, CutTokenMap(text, cuts, ids, self.segment_map), cuts)
+        if clock is not None:
+            clock.check_tokenizing()
         enc = self.backend.encode(text, add_special_tokens=False)
+        if clock is not None:
+            clock.check_tokenizing()
         ids = enc.ids
         found = self.cut_rule.cuts(text, ids, enc.token_to_chars) if with_cuts else None
         return Encoded(ids, EncodingTokenMap(enc, len(text)), found)
 
-    def segment_map(self, segment: str) -> TokenMap:
-        """The exact ``TokenMap`` of the text between two safe cuts, encoded on its own."""
+    def segment_map(self, segment: str, ids: Sequence[int] | None = None) -> TokenMap:
+        """The exact ``TokenMap`` of the text between two safe cuts: from ``ids`` (its encoding)
+        on the tiktoken path, else encoded on its own."""
+        if ids is not None and self.segments is not None:
+            token_map = self.segments.token_map(segment, ids)
+            if token_map is not None:
+                return token_map
         return EncodingTokenMap(self.backend.encode(segment, add_special_tokens=False), len(segment))
 
     def encode_ids(self, text: str) -> list[int]:
@@ -252,7 +265,7 @@ class Tokenizer:
 
 
 def _segment_encoder(
-    backend: tokenizers.Tokenizer, rank_file: Path | None, split_pattern: str | None, rule: CutRule
+    backend: tokenizers.Tokenizer, rank_file: RankFile | None, split_pattern: str | None, rule: CutRule
 ) -> SegmentEncoder | None:
     """A tiktoken segment encoder for ``backend`` when one provably gives the same ids: a
     converted rank file, no normalizer or NFC (applied with ``backend``'s own normalizer),
@@ -273,6 +286,7 @@ def _segment_encoder(
         split_pattern,
         {t.content: cast(int, backend.token_to_id(t.content)) for t in added},
         normalize=normalizer.normalize_str if normalizer is not None else None,
+        fallback=lambda segment: backend.encode(segment, add_special_tokens=False).ids,
     )
 
 
@@ -302,7 +316,10 @@ def template_literals(template_source: str) -> str:
     from jinja2 import nodes
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    ast = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).parse(template_source)
+    try:
+        ast = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).parse(template_source)
+    except RecursionError:
+        raise TemplateLoadError("the template nests too deeply to parse", location="template") from None
     literals = {n.data for n in ast.find_all(nodes.TemplateData)}
     literals |= {n.value for n in ast.find_all(nodes.Const) if isinstance(n.value, str)}
     return "\0".join(literals)

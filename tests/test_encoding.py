@@ -376,3 +376,43 @@ def test_nfc_leaves_every_ascii_text_unchanged() -> None:
     nfc = tokenizers.normalizers.NFC()
     chars = [chr(c) for c in range(128)]
     assert all(nfc.normalize_str(a + b) == a + b for a in chars for b in chars)
+
+
+_MAP_TEXTS = [
+    *_CORPUS,
+    "😀👩‍👩‍👧 ok 😀😀",
+    "日本語のテキスト、中文文本。",
+    "e\u0301cole and \u00e9cole",  # NFC changes it: the map falls back to encoding the segment
+    "\U00011935\U00011930 \u0915\u094d\u0937",
+    "  \n\n\t  x  \r\n" + " " * 300,
+]
+
+
+@pytest.mark.parametrize("name", ["qwen3", "qwen3_5"])
+def test_the_tiktoken_path_maps_every_position_as_the_full_encoding_does(name: str) -> None:
+    """``CutTokenMap`` reads a segment's boundaries off the ids it already has (byte lengths):
+    at every character of every text, the same (token, char) as ``tokenizers``' own offsets."""
+    from boundary.tokenizer import EncodingTokenMap
+
+    tok = boundary.load_family(name).tokenizer
+    for text in _MAP_TEXTS:
+        full = f"<|im_start|>user\n{text}<|im_end|>\n{text}"
+        ours = tok.encode(full).token_map
+        reference = EncodingTokenMap(tok.backend.encode(full, add_special_tokens=False), len(full))
+        for char in range(len(full) + 1):
+            assert ours.floor(char) == reference.floor(char), (text, char)
+
+
+def test_a_whitespace_run_tiktoken_cannot_encode_gives_the_same_ids_through_tokenizers() -> None:
+    """tiktoken's regex engine panics (``PanicException``, a ``BaseException``) on a run of a
+    million spaces; the segment encoder falls back to the same vocabulary in ``tokenizers``."""
+    tok = boundary.load_family("qwen3").tokenizer
+    assert tok.segments is not None
+    text = "<|im_start|>a" + " " * 1_000_000 + "b<|im_end|>"
+    from boundary.tokenizer import EncodingTokenMap
+
+    encoded = tok.encode(text)
+    reference = tok.backend.encode(text, add_special_tokens=False)
+    assert encoded.ids == reference.ids
+    for char in (13, 14, 500_000, len(text) - 12):
+        assert encoded.token_map.floor(char) == EncodingTokenMap(reference, len(text)).floor(char)

@@ -32,10 +32,15 @@ or a hang:
 - ``max_int_bits``: integers built by ``+``, ``*``, ``**``, ``round``, ``int`` and
   ``int.from_bytes``; ``*``, ``**``, ``//`` and ``%`` refuse larger operands, and printing
   refuses integers over 16 times it;
-- ``max_output_chars``: size of the rendered text;
+- ``max_output_chars``: size of the rendered text, set so that tokenizing it stays in a stated
+  memory bound (600 bytes a character: 1.2 GiB at the default 2 Mi; see ``docs/limits.md``);
 - ``max_seconds``: wall time, read at every 16th loop step, every 16th call, every 64 items a
   lazy filter draws and every ~1M characters built. Every operation between two readings is
   bounded by the sizes above, so a render overruns its deadline by no more than they take.
+  The same deadline goes on through tokenizing the output (``TextRendering.deadline``): read
+  between tiktoken segments (at least every 64 Ki characters that have a safe cut between
+  them) and around each ``tokenizers`` call, so tokenizing overruns it by at most one encode
+  of text between two safe cuts, itself bounded by ``max_output_chars``.
 
 What is not checked one by one is bounded otherwise: a slice ``x[a:b]`` is never larger than
 ``x`` (``checked_slice`` counts it, once the instrumentation routes slices through it); ``-``

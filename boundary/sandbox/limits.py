@@ -25,7 +25,7 @@ class RenderLimits:
 
     max_seconds: float = 10.0
     max_loop_steps: int = 2_000_000
-    max_output_chars: int = 64 * 1024 * 1024
+    max_output_chars: int = 2 * 1024 * 1024  # tokenizing it: at most 600 B a char (docs/limits.md)
     max_string_chars: int = 16 * 1024 * 1024
     max_total_chars: int = 256 * 1024 * 1024
     max_int_bits: int = 4096
@@ -74,6 +74,10 @@ class Deadline:
         self._next_reading = max(self._room - _WORK_PER_CLOCK, 0)
         self._pulse = 0
         self._deadline = time.monotonic() + limits.max_seconds
+
+    @property
+    def limits(self) -> RenderLimits:
+        return self._limits
 
     def tick(self) -> str:
         """One ``{% for %}`` iteration (``tick`` below is the same, for the hot path)."""
@@ -129,6 +133,14 @@ class Deadline:
         if time.monotonic() > self._deadline:
             raise RenderLimitExceeded(
                 f"render ran longer than max_seconds={self._limits.max_seconds}", location="template"
+            )
+
+    def check_tokenizing(self) -> None:
+        """The clock, read while the render's output is tokenized: one deadline covers both."""
+        if time.monotonic() > self._deadline:
+            raise RenderLimitExceeded(
+                f"rendering and tokenizing ran longer than max_seconds={self._limits.max_seconds}",
+                location="tokenizer",
             )
 
 
