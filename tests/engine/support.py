@@ -124,3 +124,36 @@ def disagreements(reused: Sequence[Sequence[Any]], reference: Sequence[Sequence[
             if not c.agrees(TOLERANCE):
                 bad.append(f"session {s} request {k} (hit {a.num_cached_tokens}, {a.logged.kind}): {c}")
     return bad
+
+
+class Runs:
+    """One engine's runs over ``sessions()``: from scratch once, and once per variant (the
+    prefix cache reset before each), ``in_flight`` sessions at a time."""
+
+    def __init__(self, engine: Any, in_flight: int) -> None:
+        self.engine = engine
+        self.in_flight = in_flight
+        self._served: dict[Variant, list[list[Any]]] = {}
+        self._reference: list[list[Any]] | None = None
+
+    def reference(self) -> list[list[Any]]:
+        if self._reference is None:
+            self.engine.reset_prefix_cache()
+            self._reference = self.engine.run_sessions(
+                sessions(), concurrency=self.in_flight, skip_cache=True
+            )
+        return self._reference
+
+    def served(self, variant: Variant) -> list[list[Any]]:
+        if variant not in self._served:
+            self.engine.reset_prefix_cache()
+            self._served[variant] = self.engine.run_sessions(
+                with_policy(sessions(), variant), concurrency=self.in_flight
+            )
+        return self._served[variant]
+
+
+def in_flight_together(outcomes: Sequence[Sequence[Any]]) -> bool:
+    """Some request was admitted before another one had finished."""
+    logs = [o.logged for s in outcomes for o in s]
+    return any(a.admitted < b.finished and b.admitted < a.finished for a in logs for b in logs if a is not b)

@@ -16,8 +16,10 @@ from boundary.retention_policy import Variant
 from tests.engine.support import (
     UNIT,
     VARIANTS,
+    Runs,
     differences,
     disagreements,
+    in_flight_together,
     observed,
     requests,
     sessions,
@@ -40,43 +42,29 @@ def engine(engine_model):
 
 
 @pytest.fixture(scope="module")
-def reference(engine):
-    engine.reset_prefix_cache()
-    return engine.run_sessions(sessions(), concurrency=IN_FLIGHT, skip_cache=True)
-
-
-_served: dict[Variant, list] = {}
-
-
-def served(engine, variant: Variant) -> list:
-    """Each variant's run over the sessions, once per module."""
-    if variant not in _served:
-        engine.reset_prefix_cache()
-        _served[variant] = engine.run_sessions(with_policy(sessions(), variant), concurrency=IN_FLIGHT)
-    return _served[variant]
+def runs(engine):
+    return Runs(engine, IN_FLIGHT)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
-def test_reused_states_give_the_outputs_of_computing_from_scratch(engine, reference, variant):
-    outcomes = served(engine, variant)
-    assert not disagreements(outcomes, reference)
+def test_reused_states_give_the_outputs_of_computing_from_scratch(runs, variant):
+    outcomes = runs.served(variant)
+    assert not disagreements(outcomes, runs.reference())
     assert sum(o.num_cached_tokens > 0 for s in outcomes for o in s) >= 8  # the runs did reuse
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
-def test_every_hit_is_the_one_the_cache_model_predicts(engine, variant):
+def test_every_hit_is_the_one_the_cache_model_predicts(engine, runs, variant):
     from boundary_vllm.prediction import ModelShape, predicted_hits
 
-    outcomes = served(engine, variant)
+    outcomes = runs.served(variant)
     hits = [[o.num_cached_tokens for o in s] for s in outcomes]
     model = predicted_hits(observed(sessions(), outcomes), variant, ModelShape(engine.block_size, UNIT))
     assert not differences(hits, model)
-    # several requests were in flight at once: some request was admitted before another finished
-    logs = [o.logged for s in outcomes for o in s]
-    assert any(a.admitted < b.finished and b.admitted < a.finished for a in logs for b in logs if a is not b)
+    assert in_flight_together(outcomes)
 
 
-def test_u_end_serves_a_continuation_whose_p_end_is_unreachable_and_main_sparse_misses_it(engine):
+def test_u_end_serves_a_continuation_whose_p_end_is_unreachable_and_main_sparse_misses_it(runs):
     first, second = turns(11, 6)[:2]
     p_end, u_end = first.prompt.p_end, first.prompt.u_end
     tail = (p_end - 1) // UNIT * UNIT  # where P_end's own state sits at this unit
@@ -84,7 +72,7 @@ def test_u_end_serves_a_continuation_whose_p_end_is_unreachable_and_main_sparse_
     while first.prompt.token_ids[:shared] != second.prompt.token_ids[:shared]:
         shared -= 1
     assert u_end // UNIT * UNIT <= shared < tail  # P_end's state is not a prefix of the next request
-    by_variant = {v: served(engine, v)[1][1] for v in (Variant.INPUT_END, Variant.MAIN_SPARSE)}
+    by_variant = {v: runs.served(v)[1][1] for v in (Variant.INPUT_END, Variant.MAIN_SPARSE)}
     assert by_variant[Variant.INPUT_END].num_cached_tokens == u_end // UNIT * UNIT
     assert by_variant[Variant.INPUT_END].logged.kind == "input_end"
     assert by_variant[Variant.MAIN_SPARSE].num_cached_tokens < u_end // UNIT * UNIT
