@@ -28,7 +28,10 @@ and never puts a mark where template code could observe it:
 The added calls are filters whose names are not Jinja identifiers (``bnd.probe`` ...), so no
 template can name, read or call them. A template that reads the flag anywhere a probe can't
 be placed soundly (an output expression, a ``{% set %}``, a loop's iterable, captured output)
-or that rebinds it gets a static ``unavailable_reason`` instead.
+or that rebinds it gets a static ``unavailable_reason`` instead (the no-op ``set ... if
+add_generation_prompt is defined else ...`` / ``| default(...)`` idioms excepted, see
+``boundary.flag_branches``). A probe whose branches carry state the template reads elsewhere
+is marked ``stateful``: when it is the first to diverge, U_end is unavailable for that render.
 
 jinja2 gotchas handled here: the transformer mutates the tree in place (callers parse fresh
 per compile), and ``Node.find_all`` does not yield the node itself.
@@ -44,6 +47,7 @@ from typing import TypeGuard, cast
 from jinja2 import nodes
 from jinja2.visitor import NodeTransformer
 
+from boundary.flag_branches import StateReads, branch_state, is_default_guard, is_noop_rebinding
 from boundary.flipped_test import GENERATION_FLAG, test_names
 
 FLIP = "bnd.flip"
@@ -62,11 +66,13 @@ GENERATION_METHOD = "_generation_support"  # transformers' extension method name
 
 @dataclass(frozen=True, slots=True)
 class ProbeSite:
-    """A probed ``if`` test: its site number, the expression and where it is."""
+    """A probed ``if`` test: its site number, the expression and where it is; ``stateful``
+    says why a divergence there may not be where the renders part ways (None: it is)."""
 
     site: int
     test: nodes.Expr
     lineno: int
+    stateful: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +171,9 @@ class _Instrument(NodeTransformer):
     """Places probes, message marks, loop steps and size checks, tracking whether the
     statement being visited prints to direct output."""
 
-    def __init__(self, message_names: frozenset[str], transparent: frozenset[str]) -> None:
+    def __init__(self, message_names: frozenset[str], transparent: frozenset[str], reads: StateReads) -> None:
         self._transparent = transparent
+        self._reads = reads
         self.probes: list[ProbeSite] = []
         self.message_sites = 0
         self.generation_reason: str | None = None
@@ -186,16 +193,17 @@ class _Instrument(NodeTransformer):
     def visit_If(self, node: nodes.If) -> nodes.Node:
         node = _unchain_elif(node)
         original = cast(nodes.Expr, copy.deepcopy(node.test))  # the parser makes every test an Expr
+        stateful = branch_state(node, self._reads)  # before the branches are rewritten
         node.test = self.visit(node.test)
         node.body = self._visit_body(node.body)
         node.else_ = self._visit_body(node.else_)
         if self._captured or not _reads_flag(node.test):
             return node
         site = len(self.probes)
-        self.probes.append(ProbeSite(site, original, node.lineno))
+        self.probes.append(ProbeSite(site, original, node.lineno, stateful))
         names = [nodes.Name(n, "load", lineno=node.lineno) for n in test_names(original)]
         flipped = _call(FLIP, nodes.Const(site), names, node.lineno)
-        node.test = _call(PROBE, flipped, [cast(nodes.Expr, node.test)], node.lineno)
+        node.test = _call(PROBE, flipped, [nodes.Const(site), cast(nodes.Expr, node.test)], node.lineno)
         node.body = [_mark(EMIT, [], node.lineno), *node.body]
         node.else_ = [_mark(EMIT, [], node.lineno), *node.else_]
         return node
@@ -319,9 +327,11 @@ class _FlagUse:
 
     def statement(self, node: nodes.Node, captured: str | None) -> None:
         """``captured`` names the innermost construct whose output is captured, if any."""
+        if isinstance(node, nodes.If) and is_default_guard(node):
+            return
+        if isinstance(node, nodes.Assign) and is_noop_rebinding(node):
+            return
         if isinstance(node, nodes.If):
-            if _is_default_idiom(node):
-                return
             for test in [node.test, *(e.test for e in node.elif_)]:
                 if captured and _reads_flag(test):
                     self._flag(test.lineno, f"tested inside a {captured} whose output is captured")
@@ -345,32 +355,12 @@ class _FlagUse:
                 self._flag(name.lineno, "read outside an if-test")
 
 
-def _is_default_idiom(node: nodes.If) -> bool:
-    """``{% if add_generation_prompt is not defined %}{% set add_generation_prompt = false %}``:
-    dead code, since the flag is always passed."""
-    test = node.test
-    if isinstance(test, nodes.Not):
-        test = test.node
-        negated = True
-    else:
-        negated = False
-    defined = (
-        isinstance(test, nodes.Test)
-        and isinstance(test.node, nodes.Name)
-        and test.node.name == GENERATION_FLAG
-        and test.name in ("defined", "undefined")
-    )
-    if not defined or node.elif_ or node.else_:
-        return False
-    return isinstance(test, nodes.Test) and (test.name == "defined") == negated
-
-
 def instrument(tree: nodes.Template) -> Instrumented:
     """Rewrite ``tree`` in place (parse a fresh tree per call) and describe what was placed."""
     transparent = transparent_macros(tree)
     use = _FlagUse(transparent)
     use.scan(tree.body, captured=None)
-    rewriter = _Instrument(_message_names(tree), transparent)
+    rewriter = _Instrument(_message_names(tree), transparent, StateReads.of(tree))
     tree = rewriter.visit(tree)
     return Instrumented(
         tree, tuple(rewriter.probes), rewriter.message_sites, use.reason, rewriter.generation_reason

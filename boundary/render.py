@@ -60,6 +60,7 @@ class CompiledTemplate:
     flipped: tuple[FlippedTest, ...]  # one per generation-prompt probe, by site
     unavailable_reason: str | None
     generation_reason: str | None = None
+    stateful: tuple[str | None, ...] = ()  # per site: why its divergence can't place U_end
 
     @property
     def probes(self) -> int:
@@ -93,8 +94,8 @@ def _flip(site: int, *values: Any) -> Any:
     return _RECORDER.get().flip(site, values)
 
 
-def _probe(flipped: Any, value: Any) -> bool:
-    return _RECORDER.get().probe(flipped, value)
+def _probe(flipped: Any, site: int, value: Any) -> bool:
+    return _RECORDER.get().probe(flipped, site, value)
 
 
 def _emit(_: int) -> str:
@@ -161,8 +162,15 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
     except jinja2.TemplateSyntaxError as exc:
         raise TemplateLoadError(f"syntax error: {exc.message}", location=f"template:{exc.lineno}") from None
     flipped = tuple(flipped_test(p.test, env) for p in instrumented.probes)
+    stateful = tuple(p.stateful for p in instrumented.probes)
     return CompiledTemplate(
-        source, template, variables, flipped, instrumented.unavailable_reason, instrumented.generation_reason
+        source,
+        template,
+        variables,
+        flipped,
+        instrumented.unavailable_reason,
+        instrumented.generation_reason,
+        stateful,
     )
 
 
@@ -171,12 +179,13 @@ class _Recorder:
     mark or ''. Once the first divergent probe is found (or a probe's flipped value is
     unknown), later probes are not evaluated."""
 
-    __slots__ = ("_flipped", "_message_ids", "_pending", "decided", "nonce", "unknown")
+    __slots__ = ("_flipped", "_message_ids", "_pending", "_stateful", "decided", "nonce", "unknown")
 
     def __init__(self, messages: Sequence[Any], compiled: CompiledTemplate) -> None:
         self.nonce = _OPEN + secrets.token_hex(6) + ":"
         self._message_ids = {id(m): i for i, m in enumerate(messages)}
         self._flipped = compiled.flipped
+        self._stateful = compiled.stateful
         self.decided = compiled.unavailable_reason is not None
         self.unknown: str | None = None
         self._pending = False
@@ -192,10 +201,12 @@ class _Recorder:
             self.unknown = f"the if-test at template line {test.lineno} can't be re-evaluated safely: {exc}"
             return _SKIP
 
-    def probe(self, flipped: Any, value: Any) -> bool:
+    def probe(self, flipped: Any, site: int, value: Any) -> bool:
         truth = bool(value)
         if flipped is not _SKIP and flipped != truth:
-            self.decided = self._pending = True
+            self.decided = True
+            self.unknown = self._stateful[site] if site < len(self._stateful) else None
+            self._pending = self.unknown is None
         return truth
 
     def emit(self) -> str:
