@@ -17,7 +17,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -75,6 +75,8 @@ class TextRendering:
     ``message_starts[i]`` is where the template's message loop began message ``i`` (None if
     it never did, e.g. a system message the template renders outside its loop).
     ``generation_spans`` are the ``{% generation %}`` blocks printed to direct output.
+    ``template_kwargs`` are the template kwargs that reached the template, where the caller
+    recorded them (``Renderer.render_text`` does).
     """
 
     text: str
@@ -82,6 +84,7 @@ class TextRendering:
     input_end_reason: str | None
     message_starts: tuple[CharOffset | None, ...]
     generation_spans: tuple[Span, ...]
+    template_kwargs: Mapping[str, Any] | None = field(default=None, compare=False)  # None: not known
 
 
 _RECORDER: ContextVar[_Recorder] = ContextVar("boundary_recorder")

@@ -300,7 +300,8 @@ class Renderer:
             now=now,
             limits=self.limits,
         )
-        return rendered if final is None else cut_after_final_message(rendered, final)
+        rendered = rendered if final is None else cut_after_final_message(rendered, final)
+        return replace(rendered, template_kwargs=dict(kwargs))
 
     def resolve_template_kwargs(
         self, kwargs: Mapping[str, Any], variant: str | None = None, *, strict: bool = False
