@@ -157,3 +157,39 @@ def test_render_refuses_a_bad_conversation_file_naming_it(tmp_path, case: str) -
     done = _run(["render", "--conversation", "c.json"], tmp_path)
     assert done.returncode == 2, done.stderr
     _one_line(done.stderr, "render", f"c.json{line}", expected)
+
+
+def test_audit_regress_names_a_bad_golden_or_conversation_file(capsys, tmp_path) -> None:
+    golden = tmp_path / "golden" / "qwen3_5-x"
+    golden.mkdir(parents=True)
+    (golden / "case.json").write_text('{"family": "qwen3_5",\n "variant": }', encoding="utf-8")
+    assert main(["audit", "--regress", str(tmp_path / "golden")]) == 2
+    _one_line(capsys.readouterr().err, "audit", f"{golden / 'case.json'}:2:13", "not JSON (Expecting value)")
+    conversations = tmp_path / "conversations"
+    conversations.mkdir()
+    (conversations / "c.json").write_text('{"name": "c", "tools": []}', encoding="utf-8")
+    args = [
+        "audit",
+        "--regress",
+        str(tmp_path / "new"),
+        "--add-cases",
+        str(conversations),
+        "--family",
+        "qwen3_5",
+    ]
+    assert main(args) == 2
+    _one_line(capsys.readouterr().err, "audit", f"{conversations / 'c.json'}: messages", "expected an object")
+
+
+def test_an_unexpected_failure_is_one_line_not_a_traceback(capsys, monkeypatch) -> None:
+    import boundary.cli.render as command
+
+    def broken(args: object) -> int:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(command, "run", broken)
+    monkeypatch.delenv("BOUNDARY_DEBUG", raising=False)
+    assert main(["render"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("boundary render: internal error: KeyError: 'boom'") and "BOUNDARY_DEBUG=1" in err
