@@ -17,11 +17,18 @@ Two questions, both answered statically:
   add_generation_prompt %}{% set ns.agp = true %}{% endif %} ... {% if ns.agp %}``): the two
   renders may print the same text at the branch and part ways later. Such a test is reported
   by ``branch_state`` unless its two branches open with different literal characters (then
-  the texts part ways right there, whatever the state).
+  the texts part ways right there, whatever the state). State held in plain variables and
+  ``namespace`` attributes is *watched*: the render marks U_end at the branch and withdraws it
+  only if the template reads that state after the divergence (if it never does, both renders
+  run the same code on the same values after the branch). Any other state (a cycler, a
+  ``caller()``, a namespace passed whole, a macro defined in the branch) withdraws it at once.
+  A divergence at a *silent* test (neither branch prints) changes no text by itself: it places
+  no mark, and only its state is watched.
 """
 
 from __future__ import annotations
 
+import copy
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -100,7 +107,7 @@ class StateReads:
                 objects.add(id(node.node))
         loads = [n for n in tree.find_all(nodes.Name) if n.ctx == "load"]
         whole = frozenset(n.name for n in loads if id(n) not in objects)
-        macros = {m.name: m for m in tree.find_all(nodes.Macro)}
+        macros = {m.name: copy.deepcopy(m) for m in tree.find_all(nodes.Macro)}  # kept unrewritten
         return cls(Counter(n.name for n in loads), attributes, whole, macros)
 
 
@@ -118,37 +125,45 @@ def _targets(node: nodes.Node) -> Iterator[nodes.Name | nodes.NSRef]:
             yield from _targets(item)
 
 
-def _effects(body: list[nodes.Node], reads: StateReads, seen: set[str], local: bool) -> Iterator[str]:
-    """What the statements in ``body`` change that the template reads anywhere, as
-    descriptions; ``local`` for a macro body, whose plain ``set`` stays inside the call."""
+Effect = tuple[str, str | None]
+"""What a branch changes: a description, and the key its later reads are watched by
+(``name`` or ``ns.attr``), None when they cannot be watched."""
+
+
+def _effects(body: list[nodes.Node], reads: StateReads, seen: set[str], local: bool) -> Iterator[Effect]:
+    """What the statements in ``body`` change that the template reads anywhere; ``local``
+    for a macro body, whose plain ``set`` stays inside the call."""
     for node in _within(body):
         if isinstance(node, (nodes.Assign, nodes.AssignBlock)):
             for target in _targets(node.target):
                 if isinstance(target, nodes.NSRef):
-                    if reads.attributes[(target.name, target.attr)] or target.name in reads.whole:
-                        yield f"{target.name}.{target.attr}"
+                    key = f"{target.name}.{target.attr}"
+                    if target.name in reads.whole:
+                        yield f"{key} (its namespace is read whole)", None
+                    elif reads.attributes[(target.name, target.attr)]:
+                        yield key, key
                 elif not local and reads.names[target.name]:
-                    yield target.name
+                    yield target.name, target.name
         elif isinstance(node, nodes.Macro) and not local and reads.names[node.name]:
-            yield f"macro {node.name}"
+            yield f"macro {node.name}", None
         elif isinstance(node, nodes.Call):
             yield from _call_effects(node, reads, seen)
 
 
-def _call_effects(call: nodes.Call, reads: StateReads, seen: set[str]) -> Iterator[str]:
+def _call_effects(call: nodes.Call, reads: StateReads, seen: set[str]) -> Iterator[Effect]:
     callee = call.node
     if isinstance(callee, nodes.Getattr) and callee.attr in _STATEFUL_METHODS:
         owner = callee.node
         if not isinstance(owner, nodes.Name) or reads.names[owner.name] > 1:
-            yield f"the state behind .{callee.attr}()"
+            yield f"the state behind .{callee.attr}()", None
     elif isinstance(callee, nodes.Name) and callee.name == "caller":
-        yield "whatever caller() does"
+        yield "whatever caller() does", None
     elif isinstance(callee, nodes.Name) and callee.name in reads.macros:
         if callee.name not in seen:
             seen.add(callee.name)
             yield from _effects(reads.macros[callee.name].body, reads, seen, local=True)
     elif isinstance(callee, nodes.Name) and callee.name not in _PURE_GLOBALS and reads.names[callee.name] > 1:
-        yield f"the state behind {callee.name}()"
+        yield f"the state behind {callee.name}()", None
 
 
 def _opening(body: list[nodes.Node]) -> str | None:
@@ -163,18 +178,61 @@ def _opening(body: list[nodes.Node]) -> str | None:
     return text[0] if text else None
 
 
-def branch_state(node: nodes.If, reads: StateReads) -> str | None:
-    """Why a divergence at ``node`` (an ``if`` without ``elif``) may not be where the two
-    renders part ways; None when it is."""
+def is_silent(node: nodes.If) -> bool:
+    """Neither branch of ``node`` prints anything: a divergence there changes no text by
+    itself, only (perhaps) state."""
+    for stmt in [*node.body, *node.else_]:
+        if isinstance(stmt, (nodes.Output, nodes.CallBlock)) or any(
+            True for _ in stmt.find_all((nodes.Output, nodes.CallBlock))
+        ):
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class BranchState:
+    """State a branch on the flag carries past itself. ``watch``: the keys whose reads after
+    a divergence there withdraw U_end; None when the state cannot be watched (U_end is
+    withdrawn at the divergence)."""
+
+    reason: str
+    watch: frozenset[str] | None
+
+
+def branch_state(node: nodes.If, reads: StateReads) -> BranchState | None:
+    """What a divergence at ``node`` (an ``if`` without ``elif``) carries past the branch that
+    could make the two renders part ways later; None when nothing does."""
     if is_default_guard(node):
         return None  # its outcome never depends on the flag's value
     then, otherwise = _opening(node.body), _opening(node.else_)
     if then is not None and otherwise is not None and then != otherwise:
         return None
-    effect = next(_effects([*node.body, *node.else_], reads, set(), local=False), None)
-    if effect is None:
+    effects = list(_effects([*node.body, *node.else_], reads, set(), local=False))
+    if not effects:
         return None
-    return (
-        f"the branch on {GENERATION_FLAG} at template line {node.lineno} changes {effect}, which "
-        "the template reads elsewhere: the two renders may part ways later"
+    keys = [key for _, key in effects]
+    unwatched = next((what for what, key in effects if key is None), None)
+    reason = (
+        f"the branch on {GENERATION_FLAG} at template line {node.lineno} changes "
+        f"{unwatched or effects[0][0]}, which the template reads"
     )
+    if unwatched is not None:
+        return BranchState(f"{reason} elsewhere: the two renders may part ways later", None)
+    return BranchState(
+        f"{reason} after the renders took different branches: they may part ways later",
+        frozenset(k for k in keys if k is not None),
+    )
+
+
+def watched_keys(tree: nodes.Template, reads: StateReads) -> frozenset[str]:
+    """Every key some branch on the flag in ``tree`` (unrewritten) may need watched."""
+    keys: set[str] = set()
+    for node in tree.find_all(nodes.If):
+        tests = [node.test, *(e.test for e in node.elif_)]
+        if not any(_is_flag(n) for t in tests for n in [t, *t.find_all(nodes.Name)]):
+            continue
+        branches = [node.body, *(e.body for e in node.elif_), node.else_]
+        for _, key in _effects([s for b in branches for s in b], reads, set(), local=False):
+            if key is not None:
+                keys.add(key)
+    return frozenset(keys)

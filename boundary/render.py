@@ -34,6 +34,7 @@ from boundary.errors import (
     TemplateLoadError,
     TemplateRenderError,
 )
+from boundary.flag_branches import BranchState
 from boundary.flipped_test import FlippedTest, Unknown, flipped_test
 from boundary.offsets import CharOffset, Span
 from boundary.sandbox import (
@@ -60,7 +61,8 @@ class CompiledTemplate:
     flipped: tuple[FlippedTest, ...]  # one per generation-prompt probe, by site
     unavailable_reason: str | None
     generation_reason: str | None = None
-    stateful: tuple[str | None, ...] = ()  # per site: why its divergence can't place U_end
+    stateful: tuple[BranchState | None, ...] = ()  # per site: state its branches carry on
+    silent: tuple[bool, ...] = ()  # per site: neither branch prints
 
     @property
     def probes(self) -> int:
@@ -101,6 +103,10 @@ def _probe(flipped: Any, site: int, value: Any) -> bool:
     return _RECORDER.get().probe(flipped, site, value)
 
 
+def _read(value: Any, key: str) -> Any:
+    return _RECORDER.get().read(key, value)
+
+
 def _emit(_: int) -> str:
     return _RECORDER.get().emit()
 
@@ -120,6 +126,7 @@ def _sandbox(limits: RenderLimits) -> Sandbox:
         {
             ins.FLIP: _flip,
             ins.PROBE: _probe,
+            ins.READ: _read,
             ins.EMIT: _emit,
             ins.MESSAGE: _message,
             ins.TICK: tick,
@@ -166,6 +173,7 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
         raise TemplateLoadError(f"syntax error: {exc.message}", location=f"template:{exc.lineno}") from None
     flipped = tuple(flipped_test(p.test, env) for p in instrumented.probes)
     stateful = tuple(p.stateful for p in instrumented.probes)
+    silent = tuple(p.silent for p in instrumented.probes)
     return CompiledTemplate(
         source,
         template,
@@ -174,6 +182,7 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
         instrumented.unavailable_reason,
         instrumented.generation_reason,
         stateful,
+        silent,
     )
 
 
@@ -182,13 +191,14 @@ class _Recorder:
     mark or ''. Once the first divergent probe is found (or a probe's flipped value is
     unknown), later probes are not evaluated."""
 
-    __slots__ = ("_flipped", "_message_ids", "_pending", "_stateful", "decided", "nonce", "unknown")
+    __slots__ = ("_compiled", "_flipped", "_message_ids", "_pending", "_watch", "decided", "nonce", "unknown")
 
     def __init__(self, messages: Sequence[Any], compiled: CompiledTemplate) -> None:
         self.nonce = _OPEN + secrets.token_hex(6) + ":"
         self._message_ids = {id(m): i for i, m in enumerate(messages)}
         self._flipped = compiled.flipped
-        self._stateful = compiled.stateful
+        self._compiled = compiled
+        self._watch: list[BranchState] = []  # state the divergences so far carry on
         self.decided = compiled.unavailable_reason is not None
         self.unknown: str | None = None
         self._pending = False
@@ -205,12 +215,31 @@ class _Recorder:
             return _SKIP
 
     def probe(self, flipped: Any, site: int, value: Any) -> bool:
+        """The template's own test value; at a divergence (the other render takes the other
+        branch) a mark, unless the test is silent; state its branches carry on is watched."""
         truth = bool(value)
-        if flipped is not _SKIP and flipped != truth:
-            self.decided = True
-            self.unknown = self._stateful[site] if site < len(self._stateful) else None
-            self._pending = self.unknown is None
+        if flipped is _SKIP or flipped == truth:
+            return truth
+        compiled = self._compiled
+        state = compiled.stateful[site] if site < len(compiled.stateful) else None
+        silent = site < len(compiled.silent) and compiled.silent[site]
+        if state is not None and state.watch is None:
+            self.decided, self.unknown = True, state.reason
+            return truth
+        if state is not None:
+            self._watch.append(state)
+        if not silent:
+            self.decided = self._pending = True
         return truth
+
+    def read(self, key: str, value: Any) -> Any:
+        """A read of state some branch on the flag may have changed: after a divergence that
+        changed it, U_end is withdrawn."""
+        if self.unknown is None:
+            for state in self._watch:
+                if state.watch is not None and key in state.watch:
+                    self.unknown = state.reason
+        return value
 
     def emit(self) -> str:
         if not self._pending:

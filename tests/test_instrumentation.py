@@ -252,3 +252,42 @@ def test_a_rebinding_that_is_not_the_idiom_stays_unavailable(rebinding: str) -> 
     r = ours(source, False)
     assert r.text == reference(source, False)
     assert r.input_end is None and "rebound" in (r.input_end_reason or "")
+
+
+WATCHED_LOOP = (
+    "{% set ns = namespace(seen=false) %}{% for m in messages %}{% if ns.seen %}[again]{% endif %}"
+    "<{{ m.role }}>{{ m.content }}</>{% if loop.last and add_generation_prompt %}{% set ns.seen = true %}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_state_a_flag_branch_sets_but_nothing_reads_afterwards_keeps_the_exact_u_end() -> None:
+    """The branch runs on the last message; the state it sets is read only at the top of each
+    iteration, so no read follows it: U_end stays FOUND (gpt-oss's ``last_tool_call``)."""
+    for flag in (True, False):
+        r = ours(WATCHED_LOOP, flag)
+        assert r.text == reference(WATCHED_LOOP, flag)
+        assert r.input_end == divergence(WATCHED_LOOP), r.input_end_reason
+
+
+def test_state_read_after_the_divergence_withdraws_u_end() -> None:
+    source = WATCHED_LOOP + "{% if ns.seen %}[seen]{% endif %}"
+    for flag in (True, False):
+        r = ours(source, flag)
+        assert r.text == reference(source, flag)
+        assert r.input_end is None and "ns.seen" in (r.input_end_reason or "")
+
+
+@pytest.mark.parametrize(
+    "silent",
+    [
+        "{% if add_generation_prompt %}{% endif %}",
+        "{% set ns = namespace(n=0) %}[{{ ns.n }}]{% if add_generation_prompt %}{% set ns.n = 1 %}{% endif %}",
+    ],
+)
+def test_a_branch_that_prints_nothing_and_leaves_nothing_read_places_no_mark(silent: str) -> None:
+    source = silent + LOOP + "{% if add_generation_prompt %}<assistant>{% endif %}"
+    for flag in (True, False):
+        r = ours(source, flag)
+        assert r.text == reference(source, flag)
+        assert r.input_end == divergence(source), r.input_end_reason
