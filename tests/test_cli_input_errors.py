@@ -193,3 +193,23 @@ def test_an_unexpected_failure_is_one_line_not_a_traceback(capsys, monkeypatch) 
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert err.startswith("boundary render: internal error: KeyError: 'boom'") and "BOUNDARY_DEBUG=1" in err
+
+
+@pytest.mark.parametrize("command", ["audit", "experiment"])
+def test_a_request_the_template_refuses_is_named_by_its_trace_line(
+    capsys, tmp_path, monkeypatch, command: str
+) -> None:
+    monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path / "cache"))
+    lines = [
+        {"session": "s0", "messages": [{"role": "user", "content": "hi"}]},
+        {
+            "session": "s1",
+            "messages": [{"role": "user", "content": "hi"}, {"role": "system", "content": "late"}],
+        },
+    ]
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    assert main(_command(command, trace)) == 2
+    _one_line(
+        capsys.readouterr().err, command, f"{trace}:2 (session 's1'): template:", "System message must be"
+    )

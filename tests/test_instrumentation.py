@@ -282,7 +282,8 @@ def test_state_read_after_the_divergence_withdraws_u_end() -> None:
     "silent",
     [
         "{% if add_generation_prompt %}{% endif %}",
-        "{% set ns = namespace(n=0) %}[{{ ns.n }}]{% if add_generation_prompt %}{% set ns.n = 1 %}{% endif %}",
+        "{% set ns = namespace(n=0) %}[{{ ns.n }}]"
+        "{% if add_generation_prompt %}{% set ns.n = 1 %}{% endif %}",
     ],
 )
 def test_a_branch_that_prints_nothing_and_leaves_nothing_read_places_no_mark(silent: str) -> None:
