@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,9 @@ class Rendering:
     found nothing.
 
     ``ignored_template_kwargs`` names the template kwargs that were dropped because the
-    template never reads them (as vLLM drops them), in the order given.
+    template never reads them (as vLLM drops them), in the order given; ``template_kwargs``
+    are those that reached the template (None where not recorded): the output readers take
+    them as the request's ``chat_template_kwargs`` when none are given.
     """
 
     text: str
@@ -60,6 +62,7 @@ class Rendering:
     generation_spans: tuple[Span, ...] = ()
     token_map: TokenMap = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     ignored_template_kwargs: tuple[str, ...] = ()
+    template_kwargs: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def u_end(self) -> TokenOffset | None:
@@ -192,4 +195,4 @@ def assemble(
         input_end = locate(token_map, to_final(rendered.input_end))
     starts = tuple(None if s is None else to_final(s) for s in rendered.message_starts)
     spans = tuple(Span(to_final(s.start), to_final(s.end)) for s in rendered.generation_spans)
-    return Rendering(text, ids, input_end, starts, spans, token_map)
+    return Rendering(text, ids, input_end, starts, spans, token_map, template_kwargs=rendered.template_kwargs)

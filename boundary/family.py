@@ -84,14 +84,21 @@ class Family(Renderer):
         """A family from a model directory (or hub id, where a hub is reachable) whose tokenizer
         files carry the chat template: ``tokenizer_config.json`` or ``chat_template.jinja``.
         A directory that does not exist, or a hub id while the hub is offline and has no
-        cached copy, is a ``ModelNotFoundError`` (a ``FileNotFoundError``) naming it."""
+        cached copy, is a ``ModelNotFoundError`` (a ``FileNotFoundError``) naming it.
+
+        Named templates (``chat_template`` as a list of ``{name, template}``, or
+        ``additional_chat_templates/*.jinja``) are read by transformers' own loader and become
+        variants; a request without ``variant`` renders ``tool_use`` when it gives tools and
+        ``default`` otherwise (``Renderer.select_variant``), as transformers and vLLM do; with
+        no ``default`` template such a request is refused, as transformers refuses it."""
         hf = _hf_tokenizer(path_or_id)
         chat_template = hf.chat_template
         if not chat_template:
             raise TemplateLoadError("no chat template in the tokenizer files", location=str(path_or_id))
         templates = chat_template if isinstance(chat_template, dict) else {"default": chat_template}
         tok = Tokenizer.from_transformers(hf, source=str(path_or_id))
-        return cls(_custom_spec(name or Path(str(path_or_id)).name, tok, spec_fields), templates, tok)
+        spec = _custom_spec(name or Path(str(path_or_id)).name, tok, spec_fields)
+        return cls(spec, templates, tok, default_variant="default")
 
     def session(self) -> Session:
         """A renderer for the successive requests of one conversation (see ``boundary.session``)."""

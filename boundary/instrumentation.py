@@ -28,7 +28,12 @@ and never puts a mark where template code could observe it:
 The added calls are filters whose names are not Jinja identifiers (``bnd.probe`` ...), so no
 template can name, read or call them. A template that reads the flag anywhere a probe can't
 be placed soundly (an output expression, a ``{% set %}``, a loop's iterable, captured output)
-or that rebinds it gets a static ``unavailable_reason`` instead.
+or that rebinds it gets a static ``unavailable_reason`` instead (the no-op ``set ... if
+add_generation_prompt is defined else ...`` / ``| default(...)`` idioms excepted, see
+``boundary.flag_branches``). A probe whose branches carry state the template reads elsewhere
+is marked ``stateful``: when it is the first to diverge, U_end is withdrawn for that render if
+the template reads that state afterwards (reads of watched state go through ``bnd.read``), or
+at once when the state cannot be watched.
 
 jinja2 gotchas handled here: the transformer mutates the tree in place (callers parse fresh
 per compile), and ``Node.find_all`` does not yield the node itself.
@@ -44,6 +49,15 @@ from typing import TypeGuard, cast
 from jinja2 import nodes
 from jinja2.visitor import NodeTransformer
 
+from boundary.flag_branches import (
+    BranchState,
+    StateReads,
+    branch_state,
+    is_default_guard,
+    is_noop_rebinding,
+    is_silent,
+    watched_keys,
+)
 from boundary.flag_flip import GENERATION_FLAG, test_names
 
 FLIP = "bnd.flip"
@@ -56,17 +70,21 @@ CHECKED_ADD = "bnd.add"
 CHECKED_ADDS = "bnd.adds"  # a + b + c + ...: one call for the chain
 CHECKED_CONCAT = "bnd.concat"
 CHECKED_SLICE = "bnd.slice"
+READ = "bnd.read"  # a read of state a branch on the flag may have changed
 
 GENERATION_METHOD = "_generation_support"  # transformers' extension method name
 
 
 @dataclass(frozen=True, slots=True)
 class ProbeSite:
-    """A probed ``if`` test: its site number, the expression and where it is."""
+    """A probed ``if`` test: its site number, the expression and where it is; ``stateful``
+    says why a divergence there may not be where the renders part ways (None: it is)."""
 
     site: int
     test: nodes.Expr
     lineno: int
+    stateful: BranchState | None = None
+    silent: bool = False  # neither branch prints: a divergence there places no mark
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,8 +183,16 @@ class _Instrument(NodeTransformer):
     """Places probes, message marks, loop steps and size checks, tracking whether the
     statement being visited prints to direct output."""
 
-    def __init__(self, message_names: frozenset[str], transparent: frozenset[str]) -> None:
+    def __init__(
+        self,
+        message_names: frozenset[str],
+        transparent: frozenset[str],
+        reads: StateReads,
+        watched: frozenset[str],
+    ) -> None:
         self._transparent = transparent
+        self._reads = reads
+        self._watched = watched
         self.probes: list[ProbeSite] = []
         self.message_sites = 0
         self.generation_reason: str | None = None
@@ -186,16 +212,18 @@ class _Instrument(NodeTransformer):
     def visit_If(self, node: nodes.If) -> nodes.Node:
         node = _unchain_elif(node)
         original = cast(nodes.Expr, copy.deepcopy(node.test))  # the parser makes every test an Expr
+        stateful = branch_state(node, self._reads)  # before the branches are rewritten
+        silent = is_silent(node)
         node.test = self.visit(node.test)
         node.body = self._visit_body(node.body)
         node.else_ = self._visit_body(node.else_)
         if self._captured or not _reads_flag(node.test):
             return node
         site = len(self.probes)
-        self.probes.append(ProbeSite(site, original, node.lineno))
+        self.probes.append(ProbeSite(site, original, node.lineno, stateful, silent))
         names = [nodes.Name(n, "load", lineno=node.lineno) for n in test_names(original)]
         flipped = _call(FLIP, nodes.Const(site), names, node.lineno)
-        node.test = _call(PROBE, flipped, [cast(nodes.Expr, node.test)], node.lineno)
+        node.test = _call(PROBE, flipped, [nodes.Const(site), cast(nodes.Expr, node.test)], node.lineno)
         node.body = [_mark(EMIT, [], node.lineno), *node.body]
         node.else_ = [_mark(EMIT, [], node.lineno), *node.else_]
         return node
@@ -235,6 +263,18 @@ class _Instrument(NodeTransformer):
             chain = chain.left
         first, *rest = [self.visit(e) for e in [chain, *reversed(operands)]]
         return _call(CHECKED_ADD if len(rest) == 1 else CHECKED_ADDS, first, rest, node.lineno)
+
+    def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:
+        owner = node.node
+        key = f"{owner.name}.{node.attr}" if isinstance(owner, nodes.Name) and owner.ctx == "load" else None
+        if key is not None and key in self._watched:
+            return _call(READ, node, [nodes.Const(key)], node.lineno)
+        return self.generic_visit(node)
+
+    def visit_Name(self, node: nodes.Name) -> nodes.Node:
+        if node.ctx == "load" and node.name in self._watched:
+            return _call(READ, node, [nodes.Const(node.name)], node.lineno)
+        return node
 
     def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
         if not isinstance(node.arg, nodes.Slice):
@@ -319,9 +359,11 @@ class _FlagUse:
 
     def statement(self, node: nodes.Node, captured: str | None) -> None:
         """``captured`` names the innermost construct whose output is captured, if any."""
+        if isinstance(node, nodes.If) and is_default_guard(node):
+            return
+        if isinstance(node, nodes.Assign) and is_noop_rebinding(node):
+            return
         if isinstance(node, nodes.If):
-            if _is_default_idiom(node):
-                return
             for test in [node.test, *(e.test for e in node.elif_)]:
                 if captured and _reads_flag(test):
                     self._flag(test.lineno, f"tested inside a {captured} whose output is captured")
@@ -345,32 +387,13 @@ class _FlagUse:
                 self._flag(name.lineno, "read outside an if-test")
 
 
-def _is_default_idiom(node: nodes.If) -> bool:
-    """``{% if add_generation_prompt is not defined %}{% set add_generation_prompt = false %}``:
-    dead code, since the flag is always passed."""
-    test = node.test
-    if isinstance(test, nodes.Not):
-        test = test.node
-        negated = True
-    else:
-        negated = False
-    defined = (
-        isinstance(test, nodes.Test)
-        and isinstance(test.node, nodes.Name)
-        and test.node.name == GENERATION_FLAG
-        and test.name in ("defined", "undefined")
-    )
-    if not defined or node.elif_ or node.else_:
-        return False
-    return isinstance(test, nodes.Test) and (test.name == "defined") == negated
-
-
 def instrument(tree: nodes.Template) -> Instrumented:
     """Rewrite ``tree`` in place (parse a fresh tree per call) and describe what was placed."""
     transparent = transparent_macros(tree)
     use = _FlagUse(transparent)
     use.scan(tree.body, captured=None)
-    rewriter = _Instrument(_message_names(tree), transparent)
+    reads = StateReads.of(tree)
+    rewriter = _Instrument(_message_names(tree), transparent, reads, watched_keys(tree, reads))
     tree = rewriter.visit(tree)
     return Instrumented(
         tree, tuple(rewriter.probes), rewriter.message_sites, use.reason, rewriter.generation_reason

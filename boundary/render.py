@@ -34,6 +34,7 @@ from boundary.errors import (
     TemplateLoadError,
     TemplateRenderError,
 )
+from boundary.flag_branches import BranchState
 from boundary.flag_flip import FlippedTest, Unknown, flipped_test
 from boundary.offsets import CharOffset, Span
 from boundary.sandbox import (
@@ -60,6 +61,8 @@ class CompiledTemplate:
     flipped: tuple[FlippedTest, ...]  # one per generation-prompt probe, by site
     unavailable_reason: str | None
     generation_reason: str | None = None
+    stateful: tuple[BranchState | None, ...] = ()  # per site: state its branches carry on
+    silent: tuple[bool, ...] = ()  # per site: neither branch prints
 
     @property
     def probes(self) -> int:
@@ -76,6 +79,8 @@ class TextRendering:
     ``generation_spans`` are the ``{% generation %}`` blocks printed to direct output.
     ``deadline`` is the render's clock, which tokenizing the text goes on reading (one
     ``max_seconds`` covers both); None for a text not rendered under limits.
+    ``template_kwargs`` are the template kwargs that reached the template, where the caller
+    recorded them (``Renderer.render_text`` does).
     """
 
     text: str
@@ -84,6 +89,7 @@ class TextRendering:
     message_starts: tuple[CharOffset | None, ...]
     generation_spans: tuple[Span, ...]
     deadline: Deadline | None = field(default=None, repr=False, compare=False)
+    template_kwargs: Mapping[str, Any] | None = field(default=None, compare=False)  # None: not known
 
 
 _RECORDER: ContextVar[_Recorder] = ContextVar("boundary_recorder")
@@ -96,8 +102,12 @@ def _flip(site: int, *values: Any) -> Any:
     return _RECORDER.get().flip(site, values)
 
 
-def _probe(flipped: Any, value: Any) -> bool:
-    return _RECORDER.get().probe(flipped, value)
+def _probe(flipped: Any, site: int, value: Any) -> bool:
+    return _RECORDER.get().probe(flipped, site, value)
+
+
+def _read(value: Any, key: str) -> Any:
+    return _RECORDER.get().read(key, value)
 
 
 def _emit(_: int) -> str:
@@ -119,6 +129,7 @@ def _sandbox(limits: RenderLimits) -> Sandbox:
         {
             ins.FLIP: _flip,
             ins.PROBE: _probe,
+            ins.READ: _read,
             ins.EMIT: _emit,
             ins.MESSAGE: _message,
             ins.TICK: tick,
@@ -170,8 +181,17 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
         raise TemplateLoadError(
             f"the template nests too deeply to compile ({type(exc).__name__}: {exc})", location="template"
         ) from None
+    stateful = tuple(p.stateful for p in instrumented.probes)
+    silent = tuple(p.silent for p in instrumented.probes)
     return CompiledTemplate(
-        source, template, variables, flipped, instrumented.unavailable_reason, instrumented.generation_reason
+        source,
+        template,
+        variables,
+        flipped,
+        instrumented.unavailable_reason,
+        instrumented.generation_reason,
+        stateful,
+        silent,
     )
 
 
@@ -180,12 +200,14 @@ class _Recorder:
     mark or ''. Once the first divergent probe is found (or a probe's flipped value is
     unknown), later probes are not evaluated."""
 
-    __slots__ = ("_flipped", "_message_ids", "_pending", "decided", "nonce", "unknown")
+    __slots__ = ("_compiled", "_flipped", "_message_ids", "_pending", "_watch", "decided", "nonce", "unknown")
 
     def __init__(self, messages: Sequence[Any], compiled: CompiledTemplate) -> None:
         self.nonce = _OPEN + secrets.token_hex(6) + ":"
         self._message_ids = {id(m): i for i, m in enumerate(messages)}
         self._flipped = compiled.flipped
+        self._compiled = compiled
+        self._watch: list[BranchState] = []  # state the divergences so far carry on
         self.decided = compiled.unavailable_reason is not None
         self.unknown: str | None = None
         self._pending = False
@@ -201,11 +223,32 @@ class _Recorder:
             self.unknown = f"the if-test at template line {test.lineno} can't be re-evaluated safely: {exc}"
             return _SKIP
 
-    def probe(self, flipped: Any, value: Any) -> bool:
+    def probe(self, flipped: Any, site: int, value: Any) -> bool:
+        """The template's own test value; at a divergence (the other render takes the other
+        branch) a mark, unless the test is silent; state its branches carry on is watched."""
         truth = bool(value)
-        if flipped is not _SKIP and flipped != truth:
+        if flipped is _SKIP or flipped == truth:
+            return truth
+        compiled = self._compiled
+        state = compiled.stateful[site] if site < len(compiled.stateful) else None
+        silent = site < len(compiled.silent) and compiled.silent[site]
+        if state is not None and state.watch is None:
+            self.decided, self.unknown = True, state.reason
+            return truth
+        if state is not None:
+            self._watch.append(state)
+        if not silent:
             self.decided = self._pending = True
         return truth
+
+    def read(self, key: str, value: Any) -> Any:
+        """A read of state some branch on the flag may have changed: after a divergence that
+        changed it, U_end is withdrawn."""
+        if self.unknown is None:
+            for state in self._watch:
+                if state.watch is not None and key in state.watch:
+                    self.unknown = state.reason
+        return value
 
     def emit(self) -> str:
         if not self._pending:

@@ -41,6 +41,9 @@ from boundary.spec import FamilySpec
 from boundary.template_kwargs import ResolvedKwargs, resolve_kwargs
 from boundary.tokenizer import Tokenizer, template_literals
 
+TOOL_USE = "tool_use"
+"""The named template transformers and vLLM render with when a request gives tools."""
+
 ARGUMENTS_FORMS: tuple[str, ...] = get_args(ArgumentsForm)
 
 
@@ -92,14 +95,29 @@ class Renderer:
         """``source`` compiled under this renderer's limits (cached by ``compile_template``)."""
         return compile_template(source, self.limits)
 
+    def select_variant(self, variant: str | None, tools: Sequence[Any] | None) -> str:
+        """The template a request renders with, chosen as transformers' ``get_chat_template``
+        (and so vLLM's ``resolve_chat_template``) chooses among named templates: ``variant``
+        when named, else ``tool_use`` when tools are given (``tools is not None``) and there
+        is one, else the default."""
+        if variant is not None:
+            return variant
+        if tools is not None and TOOL_USE in self.templates:
+            return TOOL_USE
+        return self.default_variant
+
     def template(self, variant: str | None = None) -> str:
         variant = variant or self.default_variant
         try:
             return self.templates[variant]
         except KeyError:
-            raise RequestError(
-                f"unknown variant {variant!r} (have: {', '.join(self.templates)})", location="variant"
-            ) from None
+            have = ", ".join(self.templates)
+            problem = (
+                f"no template named {variant!r} to render by default (have: {have}); name one"
+                if variant == self.default_variant
+                else f"unknown variant {variant!r} (have: {have})"
+            )
+            raise RequestError(problem, location="variant") from None
 
     # -- rendering --------------------------------------------------------------------------
     def prepare(
@@ -114,6 +132,7 @@ class Renderer:
         """Validate a request and normalize it into the dicts ``variant``'s template reads.
         ``strict_request`` refuses fields and content part types outside the OpenAI schema."""
         check_arguments(arguments)
+        variant = self.select_variant(variant, tools)
         parsed = parse_messages(messages, strict=strict_request)
         template_tools = to_template_tools(parse_tools(tools, strict=strict_request))
         return self.normalize(parsed, arguments, variant=variant), template_tools
@@ -211,6 +230,7 @@ class Renderer:
         **template_kwargs: Any,
     ) -> Rendering:
         """``render`` for messages already validated and normalized by ``prepare``."""
+        variant = self.select_variant(variant, tools)
         pattern = self._control_pattern(self.template(variant)) if sanitize_control_tokens else None
         rendered = self.render_text(
             messages,
@@ -251,7 +271,7 @@ class Renderer:
         (sanitizing), control tokens in the inputs come back wrapped in markers. With
         ``continue_final_message`` the text ends after the final message's content and
         ``input_end`` is that message's start (see ``Rendering``)."""
-        source = self.template(variant)
+        source = self.template(self.select_variant(variant, tools))
         compiled = self.compiled(source)
         kwargs = resolve_kwargs(
             self.spec,
@@ -280,7 +300,8 @@ class Renderer:
             now=now,
             limits=self.limits,
         )
-        return rendered if final is None else cut_after_final_message(rendered, final)
+        rendered = rendered if final is None else cut_after_final_message(rendered, final)
+        return replace(rendered, template_kwargs=dict(kwargs))
 
     def resolve_template_kwargs(
         self, kwargs: Mapping[str, Any], variant: str | None = None, *, strict: bool = False

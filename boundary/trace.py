@@ -32,7 +32,12 @@ without its kind: a frontend's record) or null for no hit; ``hit_tokens`` is the
 and ``policy`` the engine's checkpoint policy, both as recorded.
 
 Every error names the file and line, and the session when the line has one:
-``trace.jsonl:12 (session 's1'): output: ...``.
+``trace.jsonl:12 (session 's1'): output: ...``. The reader refuses what no later stage may
+meet, so that ``boundary audit`` and ``boundary experiment`` refuse the same lines with the same
+message: bytes that are not UTF-8, JSON nested too deeply to parse, token ids outside
+``[0, 2**32)`` (as ints, not floats or strings), and chat requests whose ``messages`` /
+``tools`` / ``output.message`` fail boundary's request validation (``boundary.protocol``:
+shapes, nesting, lone surrogates).
 
 ``tau_bench_trace`` turns the shipped tau-bench airline trajectories into such a trace, with
 optional seeded synthetic reasoning (the data carries no model reasoning).
@@ -51,6 +56,7 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    PrivateAttr,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -58,6 +64,10 @@ from pydantic import (
 )
 
 from boundary.errors import RequestError
+from boundary.protocol import check_message_limits, parse_messages, parse_tools
+
+TokenId = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
+"""A token id as engines store them (an unsigned 32-bit int)."""
 
 
 class _Model(BaseModel):
@@ -73,7 +83,7 @@ class TextOutput(_Model):
 class TokenOutput(_Model):
     """The committed generated token ids."""
 
-    token_ids: list[int]
+    token_ids: list[TokenId]
 
 
 class MessageOutput(_Model):
@@ -120,13 +130,27 @@ class TraceRequest(_Model):
     messages: list[dict[str, Any]] | None = Field(None, min_length=1)
     tools: list[dict[str, Any]] | None = None
     output: Output | None = None
-    prompt_token_ids: list[int] | None = Field(None, min_length=1)
+    prompt_token_ids: list[TokenId] | None = Field(None, min_length=1)
     u_end: int | None = Field(None, ge=0)
     p_end: int | None = Field(None, gt=0)
     d_end: int | None = Field(None, ge=0)
     served_by: ServedBy | None = None
     hit_tokens: int | None = Field(None, ge=0)
     policy: str | None = Field(None, min_length=1)
+    _where: str | None = PrivateAttr(None)  # ``path:line (session ...)`` when read from a file
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields; where a request was read from does not count."""
+        if not isinstance(other, TraceRequest):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # lists inside: never hashable
+
+    @property
+    def where(self) -> str | None:
+        """Where the request was read (``trace.jsonl:12 (session 's1')``), if from a file."""
+        return self._where
 
     @model_validator(mode="after")
     def _one_kind(self) -> TraceRequest:
@@ -198,6 +222,21 @@ def _error(where: str, exc: ValidationError) -> RequestError:
     return RequestError(message, location=f"{where}: {loc}" if loc else where)
 
 
+def _check_chat(request: TraceRequest, where: str) -> None:
+    """A chat request's messages, tools and output message as boundary's request stage
+    validates them; errors located ``where: messages[2].content``."""
+    try:
+        if request.messages is not None:
+            parse_messages(request.messages)
+            parse_tools(request.tools)
+        if isinstance(request.output, MessageOutput):
+            check_message_limits(request.output.message, "output.message")
+    except RequestError as exc:
+        raise RequestError(
+            exc.detail, location=f"{where}: {exc.location}" if exc.location else where
+        ) from None
+
+
 def parse_line(line: str, where: str) -> TraceRequest:
     """One JSONL line; ``RequestError`` with ``where`` (``path:line``, plus the session when
     the line names one) on bad input."""
@@ -205,24 +244,42 @@ def parse_line(line: str, where: str) -> TraceRequest:
         data = json.loads(line)
     except json.JSONDecodeError as exc:
         raise RequestError(f"not JSON ({exc.msg} at column {exc.colno})", location=where) from None
+    except RecursionError:
+        raise RequestError("not readable: JSON nested too deeply", location=where) from None
     if not isinstance(data, dict):
         raise RequestError(f"expected a JSON object, got {type(data).__name__}", location=where)
     if isinstance(data.get("session"), str) and data["session"]:
         where = f"{where} (session {data['session']!r})"
     try:
-        return _REQUEST.validate_python(data)
+        request = _REQUEST.validate_python(data)
     except ValidationError as exc:
         raise _error(where, exc) from None
+    _check_chat(request, where)
+    request._where = where
+    return request
+
+
+def _decoded(line: bytes, where: str) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        byte = line[exc.start]
+        raise RequestError(f"not UTF-8 (byte 0x{byte:02x} at byte {exc.start + 1})", location=where) from None
 
 
 def read_trace(path: str | Path) -> list[TraceRequest]:
-    """All requests of a JSONL trace (blank lines skipped)."""
+    """All requests of a JSONL trace (blank lines skipped); lines end at ``\n`` (and
+    ``\r\n``) only, so a JSON string may hold U+2028 and the like."""
     path = Path(path)
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = path.read_bytes().split(b"\n")
     except OSError as exc:
         raise RequestError(f"cannot read the trace ({exc.strerror})", location=str(path)) from None
-    requests = [parse_line(line, f"{path}:{n}") for n, line in enumerate(lines, 1) if line.strip()]
+    requests = []
+    for n, raw in enumerate(lines, 1):
+        line = _decoded(raw, f"{path}:{n}")
+        if line.strip():
+            requests.append(parse_line(line, f"{path}:{n}"))
     if not requests:
         raise RequestError("the trace has no requests", location=str(path))
     return requests

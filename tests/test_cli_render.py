@@ -89,7 +89,8 @@ def test_bad_input_exits_nonzero_with_a_one_line_message(capsys, tmp_path) -> No
     assert main(["render", "--conversation", str(conv)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        "boundary render: error: messages[0].content: expected a string or a list of content parts, got int"
+        f"boundary render: error: {conv}: messages[0].content: expected a string or a list of content "
+        "parts, got int"
     )
     assert main(["render", "--family", "nope"]) == 2
     assert "unknown family 'nope'" in capsys.readouterr().err

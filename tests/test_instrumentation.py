@@ -169,3 +169,126 @@ def test_the_flipped_test_reads_loop_properties_as_the_other_render_would() -> N
     r = ours(source, True)
     assert r.text == reference(source, True)
     assert r.input_end == divergence(source)
+
+
+TAIL = "{% if ns.agp %}<assistant>{% endif %}"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        # the flag stored in a namespace at the top, the generation prompt printed from it
+        "{% set ns = namespace(agp=false) %}{% if add_generation_prompt %}{% set ns.agp = true %}"
+        "{% endif %}" + LOOP + TAIL,
+        "{% set ns = namespace(agp=add_generation_prompt) %}" + LOOP + TAIL,
+        # a plain variable, a macro, a cycler carried out of the branch
+        "{% if add_generation_prompt %}{% set agp = 1 %}{% endif %}" + LOOP + "{% if agp %}<a>{% endif %}",
+        "{% set ns = namespace(agp=false) %}{% macro on() %}{% set ns.agp = true %}{% endmacro %}"
+        "{% if add_generation_prompt %}{{ on() }}{% endif %}" + LOOP + TAIL,
+        "{% set c = cycler('', '<assistant>') %}{% if add_generation_prompt %}{{ c.next() }}{% endif %}"
+        + LOOP
+        + "{{ c.next() }}",
+    ],
+)
+def test_a_flag_carried_out_of_its_branch_is_unavailable_never_found_early(source: str) -> None:
+    for flag in (True, False):
+        r = ours(source, flag)
+        assert r.text == reference(source, flag)
+        assert r.input_end is None, (source, flag, r.input_end, divergence(source))
+        assert "add_generation_prompt" in (r.input_end_reason or "")
+
+
+def test_state_set_in_a_branch_that_opens_with_its_own_text_still_gives_the_exact_u_end() -> None:
+    source = (
+        "{% set ns = namespace(agp=false) %}" + LOOP
+        + "{% if add_generation_prompt %}<assistant>{% set ns.agp = true %}{% else %}.{% endif %}"
+        + "{% if ns.agp %}[gen]{% endif %}"
+    )  # fmt: skip
+    for flag in (True, False):
+        assert ours(source, flag).text == reference(source, flag)
+        assert ours(source, flag).input_end == divergence(source)
+
+
+def test_state_set_in_a_flag_branch_that_nothing_reads_keeps_u_end() -> None:
+    source = LOOP + "{% if add_generation_prompt %}{% set unused = 1 %}<assistant>{% endif %}"
+    for flag in (True, False):
+        assert ours(source, flag).input_end == divergence(source)
+
+
+NOOP_IDIOMS = [
+    "{%- set add_generation_prompt = add_generation_prompt if add_generation_prompt is defined else true %}",
+    "{% set add_generation_prompt = add_generation_prompt if add_generation_prompt is not undefined"
+    " else false %}",
+    "{% set add_generation_prompt = true if add_generation_prompt is undefined else add_generation_prompt %}",
+    "{% set add_generation_prompt = false if add_generation_prompt is not defined"
+    " else add_generation_prompt %}",
+    "{%- set add_generation_prompt = add_generation_prompt | default(true) %}",
+    "{% set add_generation_prompt = add_generation_prompt|d(false) %}",
+    "{% set add_generation_prompt = add_generation_prompt | default(true, false) %}",
+]
+
+
+@pytest.mark.parametrize("idiom", NOOP_IDIOMS)
+@pytest.mark.parametrize("flag", [True, False])
+def test_the_no_op_default_idioms_keep_u_end_exact(idiom: str, flag: bool) -> None:
+    source = idiom + LOOP + "{% if add_generation_prompt %}<assistant>{% endif %}"
+    r = ours(source, flag)
+    assert r.text == reference(source, flag)
+    assert r.input_end == divergence(source) and r.input_end_reason is None
+
+
+@pytest.mark.parametrize(
+    "rebinding",
+    [
+        "{% set add_generation_prompt = add_generation_prompt | default(true, true) %}",  # falsy -> true
+        "{% set add_generation_prompt = add_generation_prompt if add_generation_prompt is undefined"
+        " else true %}",
+        "{% set add_generation_prompt = add_generation_prompt | default(messages) %}"
+        "{% set add_generation_prompt = not add_generation_prompt %}",
+    ],
+)
+def test_a_rebinding_that_is_not_the_idiom_stays_unavailable(rebinding: str) -> None:
+    source = rebinding + LOOP + "{% if add_generation_prompt %}<assistant>{% endif %}"
+    r = ours(source, False)
+    assert r.text == reference(source, False)
+    assert r.input_end is None and "rebound" in (r.input_end_reason or "")
+
+
+WATCHED_LOOP = (
+    "{% set ns = namespace(seen=false) %}{% for m in messages %}{% if ns.seen %}[again]{% endif %}"
+    "<{{ m.role }}>{{ m.content }}</>{% if loop.last and add_generation_prompt %}{% set ns.seen = true %}"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+)
+
+
+def test_state_a_flag_branch_sets_but_nothing_reads_afterwards_keeps_the_exact_u_end() -> None:
+    """The branch runs on the last message; the state it sets is read only at the top of each
+    iteration, so no read follows it: U_end stays FOUND (gpt-oss's ``last_tool_call``)."""
+    for flag in (True, False):
+        r = ours(WATCHED_LOOP, flag)
+        assert r.text == reference(WATCHED_LOOP, flag)
+        assert r.input_end == divergence(WATCHED_LOOP), r.input_end_reason
+
+
+def test_state_read_after_the_divergence_withdraws_u_end() -> None:
+    source = WATCHED_LOOP + "{% if ns.seen %}[seen]{% endif %}"
+    for flag in (True, False):
+        r = ours(source, flag)
+        assert r.text == reference(source, flag)
+        assert r.input_end is None and "ns.seen" in (r.input_end_reason or "")
+
+
+@pytest.mark.parametrize(
+    "silent",
+    [
+        "{% if add_generation_prompt %}{% endif %}",
+        "{% set ns = namespace(n=0) %}[{{ ns.n }}]"
+        "{% if add_generation_prompt %}{% set ns.n = 1 %}{% endif %}",
+    ],
+)
+def test_a_branch_that_prints_nothing_and_leaves_nothing_read_places_no_mark(silent: str) -> None:
+    source = silent + LOOP + "{% if add_generation_prompt %}<assistant>{% endif %}"
+    for flag in (True, False):
+        r = ours(source, flag)
+        assert r.text == reference(source, flag)
+        assert r.input_end == divergence(source), r.input_end_reason

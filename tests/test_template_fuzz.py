@@ -6,7 +6,9 @@ The grammar covers what can break an instrumented render: ``{% set %}`` blocks a
 ``namespace`` writes, macros (bare, filtered, recursive), ``caller()``, recursive loops,
 ``{% filter %}`` and ``{% generation %}`` blocks, filters on captured output (``upper``,
 ``length``, slicing, ``reverse``), ``cycler`` / ``joiner`` side effects inside if-tests,
-guarded errors, and reads of ``add_generation_prompt`` in and out of if-tests.
+guarded errors, reads of ``add_generation_prompt`` in and out of if-tests, and flag branches
+that only change state (a ``namespace`` counter printed later, no text of their own) or rebind
+the flag with the no-op ``default`` idioms.
 
 Every if-test that reads the flag gets both branches, each starting with a character used
 nowhere else, so the two transformers renders differ at their first character after the
@@ -73,6 +75,10 @@ LOOP_OUTPUTS = ["{{ m.role }}", "{{ m.content }}", "{{ loop.index }}", "{{ m.con
 OUTPUTS = ["{{ c.next() }}", "{{ j() }}", "{{ ns.n }}", "{{ c.current }}", "{{ messages|length }}"]
 WORDS = ["<s>", "</s>", "\n", "user:", "assistant:", "x", " ", "[", "]"]
 CAPTURE_FILTERS = ["upper", "length", "trim", "reverse|join", "first", "lower|replace('a', 'b')"]
+NOOP_IDIOMS = [
+    "{% set add_generation_prompt = add_generation_prompt if add_generation_prompt is defined else true %}",
+    "{% set add_generation_prompt = add_generation_prompt | default(false) %}",
+]
 UNSAFE_FLAG_USES = ["{{ add_generation_prompt }}", "{% set g = add_generation_prompt %}{{ g }}"]
 
 
@@ -97,6 +103,7 @@ def statements(draw: st.DrawFn, sites: _Sites, depth: int, in_loop: bool) -> str
     if in_loop:
         kinds += ["loop_output", "loop_flag_if"]
     kinds += ["unsafe"] * (draw(st.integers(0, 9)) == 0)
+    kinds += ["flag_state"] * (draw(st.integers(0, 4)) == 0)
     kind = draw(st.sampled_from(kinds))
 
     def body(loop: bool = in_loop) -> str:
@@ -111,6 +118,8 @@ def statements(draw: st.DrawFn, sites: _Sites, depth: int, in_loop: bool) -> str
         return draw(st.sampled_from(LOOP_OUTPUTS))
     if kind == "unsafe":
         return draw(st.sampled_from(UNSAFE_FLAG_USES))
+    if kind == "flag_state":  # the branch prints nothing: the renders part ways where ns.n is printed
+        return f"{{% if {draw(st.sampled_from(FLAG_TESTS))} %}}{{% set ns.n = ns.n + 1 %}}{{% endif %}}"
     if kind in ("flag_if", "loop_flag_if"):
         test = draw(st.sampled_from(FLAG_TESTS + (LOOP_FLAG_TESTS if kind == "loop_flag_if" else [])))
         then, otherwise = sites.pair()
@@ -160,6 +169,7 @@ def statements(draw: st.DrawFn, sites: _Sites, depth: int, in_loop: bool) -> str
 def templates(draw: st.DrawFn) -> str:
     sites = _Sites()
     prelude = "{% set c = cycler('a', 'b') %}{% set j = joiner('|') %}{% set ns = namespace(n=0) %}"
+    prelude += draw(st.sampled_from(["", *NOOP_IDIOMS]))
     parts = [draw(statements(sites, 3, False)) for _ in range(draw(st.integers(1, 4)))]
     then, otherwise = sites.pair()
     tail = f"{{% if add_generation_prompt %}}{then}assistant:{{% else %}}{otherwise}{{% endif %}}"

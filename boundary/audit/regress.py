@@ -139,11 +139,27 @@ def expected_for(fam: Family, case: GoldenCase) -> dict[str, Any]:
     }
 
 
+def _json_file(path: Path) -> Any:
+    """A JSON file's value; ``RequestError`` naming ``path`` (and ``line:column`` where the
+    bytes or the JSON are bad)."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RequestError(f"cannot read the file ({exc.strerror})", location=str(path)) from None
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise RequestError(f"not UTF-8 (byte 0x{raw[exc.start]:02x})", location=f"{path}:{line}") from None
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"not JSON ({exc.msg})", location=f"{path}:{exc.lineno}:{exc.colno}") from None
+    except RecursionError:
+        raise RequestError("not readable: JSON nested too deeply", location=str(path)) from None
+
+
 def _load_case(folder: Path) -> GoldenCase:
     try:
-        return GoldenCase.model_validate_json((folder / "case.json").read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise RequestError(f"cannot read case.json ({exc.strerror})", location=str(folder)) from None
+        return GoldenCase.model_validate(_json_file(folder / "case.json"))
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in err["loc"])
@@ -180,7 +196,7 @@ def check_corpus(
         if not expected_path.is_file():
             drifts.append(Drift(folder.name, None, "expected.json", "present", "missing"))
             continue
-        expected = json.loads(expected_path.read_text(encoding="utf-8"))
+        expected = _json_file(expected_path)
         drifts += compare(folder.name, expected, expected_for(loader(case.family, case.variant), case))
     return checked, drifts
 
@@ -245,14 +261,21 @@ def add_cases(root: str | Path, conversations: str | Path, families: Iterable[st
         if spec.default_variant is None:
             continue
         for path in files:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            case = GoldenCase(
-                family=name,
-                variant=spec.default_variant,
-                case=data.get("name", path.stem),
-                messages=data["messages"],
-                tools=data.get("tools"),
-            )
+            data = _json_file(path)
+            if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+                raise RequestError("expected an object with a list of messages", location=f"{path}: messages")
+            try:
+                case = GoldenCase(
+                    family=name,
+                    variant=spec.default_variant,
+                    case=data.get("name", path.stem),
+                    messages=data["messages"],
+                    tools=data.get("tools"),
+                )
+            except ValidationError as exc:
+                err = exc.errors(include_url=False)[0]
+                where = ".".join(str(p) for p in err["loc"])
+                raise RequestError(err["msg"], location=f"{path}: {where}") from None
             folder = root / f"{name}-{case.case}"
             if (folder / "case.json").exists():
                 continue

@@ -130,7 +130,9 @@ def _audit_session(family: Family, name: str, session: list[TraceRequest], s: Au
             source, generated = _generated(family, prompt, request, following, s)
             turn = _new_turn(family, name, k, request, prompt, source, generated, s)
         except BoundaryError as exc:
-            where = f"session {name!r} request {k}" + (f": {exc.location}" if exc.location else "")
+            where = (request.where or f"session {name!r} request {k}") + (
+                f": {exc.location}" if exc.location else ""
+            )
             raise type(exc)(exc.detail, location=where) from None
         turn.record.reuses = reuses
         done.append(turn)

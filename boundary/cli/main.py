@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 COMMANDS = {
@@ -46,6 +47,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # a bug, not bad input: one line; BOUNDARY_DEBUG=1 re-raises it
+        if os.environ.get("BOUNDARY_DEBUG"):
+            raise
+        print(
+            f"boundary {args.command}: internal error: {type(exc).__name__}: {exc} "
+            "(BOUNDARY_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

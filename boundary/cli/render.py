@@ -61,11 +61,28 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _load(path: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """The conversation file: ``RequestError`` naming ``path:line:column`` (bad bytes or JSON)
+    or ``path`` and the field (a value of the wrong shape)."""
+    from boundary.errors import RequestError
+
     if path is None:
         from boundary.datasets import default_conversation
 
         return default_conversation(), None
-    data = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise RequestError(f"cannot read the conversation ({exc.strerror})", location=str(path)) from None
+    try:
+        text = raw.decode("utf-8")
+        data = json.loads(text)
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise RequestError(f"not UTF-8 (byte 0x{raw[exc.start]:02x})", location=f"{path}:{line}") from None
+    except json.JSONDecodeError as exc:
+        raise RequestError(f"not JSON ({exc.msg})", location=f"{path}:{exc.lineno}:{exc.colno}") from None
+    except RecursionError:
+        raise RequestError("not readable: JSON nested too deeply", location=str(path)) from None
     if isinstance(data, dict):
         return data.get("messages", []), data.get("tools")
     return data, None
@@ -77,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     import boundary
+    from boundary.errors import RequestError
 
     units = args.unit or [16, 64, 528]
     if any(u < 1 for u in units):
@@ -86,7 +104,12 @@ def run(args: argparse.Namespace) -> int:
     kwargs = template_kwargs(args.template_kwargs)
     messages, tools = _load(args.conversation)
     fam = boundary.load_family(args.family, variant=args.variant)
-    r = fam.render(messages, tools=tools, **kwargs)
+    try:
+        r = fam.render(messages, tools=tools, **kwargs)
+    except RequestError as exc:  # a field of the conversation file: name the file too
+        if args.conversation is None or exc.location is None or exc.location.startswith("template"):
+            raise
+        raise RequestError(exc.detail, location=f"{args.conversation}: {exc.location}") from None
     json_on_stdout = str(args.json_out) == "-"
     out = Console(stderr=json_on_stdout, highlight=False, soft_wrap=True)
     out.print(_marked_prompt(r, args))

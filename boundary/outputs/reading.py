@@ -94,12 +94,16 @@ def _with_engine_rules(
     """``ours`` with the message vLLM's parser pair named by the family returns for its text
     (read by ``engine_rules``, without vLLM); unchanged for families that name none.
     ``template_kwargs`` None means not known: where the reasoning parser depends on them
-    (DeepSeek-V3.1's ``thinking``), the prompt tells, as the kwargs that rendered it would."""
+    (DeepSeek-V3.1's ``thinking``), those that rendered the prompt are taken
+    (``Rendering.template_kwargs``), and where the prompt did not record them the prompt's
+    generation suffix tells."""
     tool, reasoning = parser_names(family, variant or family.default_variant)
     if output_format(family, variant).harmony or not engine_rules.supported(tool, reasoning):
         return ours
     body = ours.text[: len(ours.text) - len(ours.stop_token or "")]
     fmt = output_format(family, variant)
+    if template_kwargs is None:
+        template_kwargs = prompt.template_kwargs
     if template_kwargs is None and reasoning == "deepseek_v3" and fmt.think is not None:
         # not known: a prompt that opens <think> was rendered with thinking on
         opened = fmt.think.prefill(generation_suffix(prompt))[0] is Prefill.OPEN
@@ -181,7 +185,7 @@ def _with_engine_message(
         prompt_ids=prompt.token_ids,
         tools=tools,
         variant=variant or family.default_variant,
-        template_kwargs=template_kwargs,
+        template_kwargs=prompt.template_kwargs if template_kwargs is None else template_kwargs,
         history_tool_calls=prompt.text.count(KimiSections().call_open),
         harmony=fmt.harmony,
     )

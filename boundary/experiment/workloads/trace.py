@@ -17,6 +17,7 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
+from boundary.errors import BoundaryError
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.rendering import (
     OutputFormatter,
@@ -42,8 +43,14 @@ def render_trace(
             following = lines[k + 1] if k + 1 < len(lines) else None
             if line.is_production:
                 rendered.append(_production(line, k, following, stops))
-            else:
+                continue
+            try:
                 rendered.append(_chat(fam, renderer, line, k, following, render, formatter, stops))
+            except BoundaryError as exc:  # named by the trace line, as the audit names it
+                where = (line.where or f"session {session!r} request {k}") + (
+                    f": {exc.location}" if exc.location else ""
+                )
+                raise type(exc)(exc.detail, location=where) from None
         out[session] = rendered
     return out
 
