@@ -127,12 +127,13 @@ def disagreements(reused: Sequence[Sequence[Any]], reference: Sequence[Sequence[
 
 
 class Runs:
-    """One engine's runs over ``sessions()``: from scratch once, and once per variant (the
-    prefix cache reset before each), ``in_flight`` sessions at a time."""
+    """One engine's runs over ``chosen`` sessions (default: ``sessions()``): from scratch once,
+    and once per variant (the prefix cache reset before each), ``in_flight`` sessions at a time."""
 
-    def __init__(self, engine: Any, in_flight: int) -> None:
+    def __init__(self, engine: Any, in_flight: int, chosen: Sequence[Sequence[Any]] | None = None) -> None:
         self.engine = engine
         self.in_flight = in_flight
+        self.sessions = chosen if chosen is not None else sessions()
         self._served: dict[Variant, list[list[Any]]] = {}
         self._reference: list[list[Any]] | None = None
 
@@ -148,7 +149,7 @@ class Runs:
         if variant not in self._served:
             self.engine.reset_prefix_cache()
             self._served[variant] = self.engine.run_sessions(
-                with_policy(sessions(), variant), concurrency=self.in_flight
+                with_policy(self.sessions, variant), concurrency=self.in_flight
             )
         return self._served[variant]
 
