@@ -141,7 +141,7 @@ class Runs:
         if self._reference is None:
             self.engine.reset_prefix_cache()
             self._reference = self.engine.run_sessions(
-                sessions(), concurrency=self.in_flight, skip_cache=True
+                self.sessions, concurrency=self.in_flight, skip_cache=True
             )
         return self._reference
 
