@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     units = args.unit or [16]
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout holds the table
     from boundary_vllm.engine_run import EngineRun, EngineShape
     from boundary_vllm.pin import installed_vllm
     from boundary_vllm.scenarios import (

@@ -76,5 +76,6 @@ def test_each_request_has_its_hit_the_predicted_hit_output_equality_and_ttft(rep
         if name != "cache_off":
             assert sum(r["cached_tokens"] > 0 for r in rows) >= 2, name
     assert gdn["hit_differences"] == [] and gdn["disagreements"] == []
-    assert any(r["forced"] for r in gdn["requests"]["both"])  # a tool-loop turn wrote its own tokens
+    forced = [r for r in gdn["requests"]["both"] if r["forced"]]
+    assert forced and all(r["forced_as_written"] for r in forced)  # a tool-loop turn wrote its own tokens
     assert gdn["passes"]["main_sparse"]["ratios"]["cache_off"]["prefill_tokens"] < 0.5

