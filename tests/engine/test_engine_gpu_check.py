@@ -35,8 +35,8 @@ def report(gpu_check, engine_model, tmp_path_factory):
     from boundary_vllm.scenarios import Slice
 
     out = tmp_path_factory.mktemp("gpu-check")
-    # a tool loop whose second turn is forced (conversation 0) beside a short chat (11)
-    spec = Slice(((0, 8), (11, 4)), concurrency=2)
+    # a tool loop whose third turn is forced (conversation 0) beside a short chat (11)
+    spec = Slice(((0, 10), (11, 4)), concurrency=2)
     report = gpu_check.run(out, budget_s=600, device="cpu", engines=("vllm",), spec=spec)
     return report, out
 
@@ -66,7 +66,7 @@ def test_each_request_has_its_hit_the_predicted_hit_output_equality_and_ttft(rep
         "horizon",
     }
     for name, rows in gdn["requests"].items():
-        assert len(rows) == 4  # three turns and one
+        assert len(rows) == 5  # four turns and one
         for row in rows:
             assert row["ttft_s"] > 0
             if name == "cache_off":

@@ -10,16 +10,17 @@ import pytest
 pytestmark = pytest.mark.vllm
 
 
-def test_tool_loop_turns_write_their_own_tokens_and_other_turns_generate_freely():
+def test_tool_loop_turns_followed_by_a_request_write_their_own_tokens_and_others_generate_freely():
     from boundary_vllm.scenarios import conversation, session_requests
 
     turns = conversation(0, 14)
     requests = session_requests(turns, outputs="tool_loops", max_tokens=8)
     assert {t.next_role for t in turns} >= {"tool", "user"}
-    for turn, request in zip(turns, requests, strict=True):
+    assert turns[-1].next_role == "tool"  # the session's last turn: nothing would read its D_end
+    for k, (turn, request) in enumerate(zip(turns, requests, strict=True)):
         assert request.prompt_token_ids == tuple(turn.prompt.token_ids)
         assert request.input_end == turn.prompt.u_end
-        if turn.next_role == "tool":
+        if turn.next_role == "tool" and k + 1 < len(turns):
             assert request.forced == tuple(turn.output.token_ids) and request.round_trip == 1.0
             assert request.max_tokens == len(turn.output.token_ids)
         else:
