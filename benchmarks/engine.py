@@ -8,8 +8,8 @@ The slice and the passes are ``boundary_vllm.scenarios``' (the GPU check runs th
 tau-bench airline conversations rendered with Qwen3.5 (thinking on), every assistant turn a
 request with U_end, round-trip and horizon hints, a few sessions in flight (closed loop), the
 turn's own tokens forced where the next message is a tool result and a next request follows (so
-D_end's state is what that request re-renders) and 8 free greedy tokens elsewhere. One engine per unit over the tiny
-random-weight Gated DeltaNet model (``boundary_vllm.tiny_models``, Qwen3-Next architecture,
+D_end's state is what that request re-renders) and 8 free greedy tokens elsewhere. One engine
+per unit over the tiny random-weight Gated DeltaNet model (``boundary_vllm.tiny_models``, Qwen3-Next architecture,
 bf16), the policy chosen per request, the prefix cache reset between passes; the first request
 runs once untimed before them.
 
