@@ -9,8 +9,8 @@ tau-bench airline conversations rendered with Qwen3.5 (thinking on), every assis
 request with U_end, round-trip and horizon hints, a few sessions in flight (closed loop), the
 turn's own tokens forced where the next message is a tool result and a next request follows (so
 D_end's state is what that request re-renders) and 8 free greedy tokens elsewhere. One engine
-per unit over the tiny random-weight Gated DeltaNet model (``boundary_vllm.tiny_models``, Qwen3-Next architecture,
-bf16), the policy chosen per request, the prefix cache reset between passes; the first request
+per unit over the tiny random-weight Gated DeltaNet model (``boundary_vllm.tiny_models``,
+Qwen3-Next architecture, bf16), the policy chosen per request, the prefix cache reset between passes; the first request
 runs once untimed before them.
 
 Absolute times are CPU times of a tiny model on whatever else this machine runs: they are not
