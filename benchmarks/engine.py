@@ -10,12 +10,14 @@ request with U_end, round-trip and horizon hints, a few sessions in flight (clos
 turn's own tokens forced where the next message is a tool result and a next request follows (so
 D_end's state is what that request re-renders) and 8 free greedy tokens elsewhere. One engine
 per unit over the tiny random-weight Gated DeltaNet model (``boundary_vllm.tiny_models``,
-Qwen3-Next architecture, bf16), the policy chosen per request, the prefix cache reset between passes; the first request
-runs once untimed before them.
+Qwen3-Next architecture, bf16), the policy chosen per request, the prefix cache reset between
+passes; the first request runs once untimed before them.
 
 Absolute times are CPU times of a tiny model on whatever else this machine runs: they are not
-GPU times. Read the ratios; on CPU prefill dominates TTFT, so they show what skipping prefill
-buys, not what it buys on a GPU.
+GPU times. Read the ratios, and on a shared machine compare runs (``--rounds``): a whole pass
+slows down when others load the machine, while reuse and prefill tokens are the engine's own
+counts and repeat exactly. On CPU prefill dominates TTFT, so the ratios show what skipping
+prefill buys here, not what it buys on a GPU.
 
 Usage (from the repository root, in the engine environment that ``scripts/test`` installs):
     BOUNDARY_CACHE_DIR=... PYTHONPATH=.:integrations/vllm .venv-engine/bin/python benchmarks/engine.py \\
