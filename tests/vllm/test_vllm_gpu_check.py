@@ -1,7 +1,9 @@
-"""The prepared GPU check (``integrations/vllm/gpu_check.py``): its stream holds transformers'
-renderings and hits no earlier request could not have served, the replay behind those hits
-gives hand-worked hits on a small stream, and its transformers path (reuse against a full
-prefill) runs here on CPU with the tiny model. The GPU run itself is not part of CI."""
+"""The prepared GPU check (``integrations/vllm/gpu_check.py``): its verdict is the vLLM pass's
+(the transformers path is reported beside it), its stream holds transformers' renderings and hits
+no earlier request could not have served, the replay behind those hits gives hand-worked hits on
+a small stream, and its transformers path (reuse against a full prefill) runs here on CPU with
+the tiny model. The vLLM pass runs on the CPU build in the engine tier
+(``tests/engine/test_engine_gpu_check.py``); the GPU run itself is not part of CI."""
 
 from __future__ import annotations
 
@@ -138,12 +140,43 @@ def test_the_transformers_path_resumes_from_a_kept_state_with_the_full_prefill_l
     summary = result["summary"]["both"]
     assert summary["hits"] == summary["last_argmax_equal"] == summary["greedy_equal"] == 1
     assert summary["max_logit_diff"] < 1e-4
-    assert gpu_check._verdict(result) == "reuse matches full prefill"
+    assert gpu_check._transformers_verdict(result) == "reuse matches full prefill"
 
 
 def test_a_run_writes_its_report_and_says_why_the_vllm_path_did_not_run(gpu_check, tmp_path):
     report = gpu_check.run(tmp_path, budget_s=60, device="cpu", tiny=True, engines=("vllm",))
     assert report["results"]["vllm"]["status"] == "not run"
     assert "GPU" in report["results"]["vllm"]["reason"]
-    assert report["verdict"] == "not run"
+    assert report["verdict"].startswith("not run") and gpu_check.exit_status(report["verdict"]) == 2
     assert json.loads((tmp_path / "gpu_check.json").read_text())["results"] == report["results"]
+
+
+def _model(disagreements=(), *, cached=100, complete=True, status="ran"):
+    passes = {"cache_off": {"cached_tokens": 0}, "both": {"cached_tokens": cached}}
+    return {"status": status, "complete": complete, "passes": passes, "disagreements": list(disagreements)}
+
+
+def _vllm(**models):
+    return {"path": "vllm", "models": models}
+
+
+def test_the_verdict_is_the_vllm_pass_whatever_the_transformers_path_says(gpu_check):
+    """Exit status 0 only when every model ran, reused something and agreed with computing from
+    scratch; 1 when a reused state gave other outputs; 2 when nothing was checked."""
+    cases = {
+        gpu_check.AGREE: _vllm(gdn=_model(), mamba2=_model()),
+        gpu_check.AGREE + " (not every variant ran within the budget)": _vllm(gdn=_model(complete=False)),
+    }
+    for expected, result in cases.items():
+        assert gpu_check._verdict(result) == expected and gpu_check.exit_status(expected) == 0
+    bad = gpu_check._verdict(_vllm(gdn=_model(), mamba2=_model(["both session 0 request 2 (hit 1312, ...)"])))
+    assert bad.startswith(gpu_check.DISAGREE) and "mamba2: 1 requests (both session 0" in bad
+    assert gpu_check.exit_status(bad) == 1
+    for result in (
+        None,
+        {"path": "vllm", "status": "not run", "reason": "no GPU"},
+        {"path": "vllm", "status": "failed", "error": "RuntimeError()"},
+        _vllm(gdn=_model(), mamba2={"status": "failed", "error": "boom"}),
+        _vllm(gdn=_model(cached=0)),
+    ):
+        assert gpu_check.exit_status(gpu_check._verdict(result)) == 2, result

@@ -230,6 +230,7 @@ class EngineShape:
     max_num_seqs: int = 4
     max_num_batched_tokens: int = 2048
     max_model_len: int = 8192
+    gpu_memory_utilization: float | None = None  # vLLM's default (0.9) when None; GPU only
     settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]``
 
 
@@ -249,6 +250,11 @@ class EngineRun:
 
         self.shape = shape
         boundary = {"policy": shape.policy, "request_policy": True, "log_interval_s": 0, **shape.settings}
+        memory = (
+            {}
+            if shape.gpu_memory_utilization is None
+            else {"gpu_memory_utilization": shape.gpu_memory_utilization}
+        )
         self.llm = LLM(
             model=str(model),
             dtype="bfloat16",
@@ -265,6 +271,7 @@ class EngineRun:
             scheduler_cls=_scheduler_cls(shape),
             logits_processors=[ForcedTokens],
             additional_config={"boundary": boundary},
+            **memory,
         )
         self._count = 0
 
