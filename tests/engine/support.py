@@ -128,6 +128,24 @@ class Runs:
             )
         return self._reference
 
+    def outputs_disagreeing(self, variant: Variant) -> list[str]:
+        """The requests whose outputs with reused states differ from computing from scratch."""
+        return disagreements(self.served(variant), self.reference())
+
+    def reused_requests(self, variant: Variant) -> int:
+        return sum(o.num_cached_tokens > 0 for s in self.served(variant) for o in s)
+
+    def hits_unpredicted(self, variant: Variant, shape: Any, models: list[Any] | None = None) -> list[str]:
+        """The requests whose served hit is not the cache model's prediction (``shape``: a
+        ``prediction.ModelShape``)."""
+        from boundary_vllm.prediction import predicted_hits
+
+        outcomes = self.served(variant)
+        hits = [[o.num_cached_tokens for o in s] for s in outcomes]
+        return differences(
+            hits, predicted_hits(observed(self.sessions, outcomes), variant, shape, models=models)
+        )
+
     def served(self, variant: Variant) -> list[list[Any]]:
         if variant not in self._served:
             self.engine.reset_prefix_cache()

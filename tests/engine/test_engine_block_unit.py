@@ -10,11 +10,7 @@ import pytest
 from tests.engine.support import (
     VARIANTS,
     Runs,
-    differences,
-    disagreements,
     in_flight_together,
-    observed,
-    sessions,
 )
 
 pytestmark = pytest.mark.engine
@@ -36,19 +32,16 @@ def runs(engine):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
 def test_reused_states_give_the_outputs_of_computing_from_scratch(runs, variant):
-    outcomes = runs.served(variant)
-    assert not disagreements(outcomes, runs.reference())
-    assert sum(o.num_cached_tokens > 0 for s in outcomes for o in s) >= 8
+    assert not runs.outputs_disagreeing(variant)
+    assert runs.reused_requests(variant) >= 8
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
 def test_every_hit_is_the_one_the_cache_model_predicts(engine, runs, variant):
-    from boundary_vllm.prediction import ModelShape, predicted_hits
+    from boundary_vllm.prediction import ModelShape
 
-    outcomes = runs.served(variant)
-    hits = [[o.num_cached_tokens for o in s] for s in outcomes]
     block = engine.block_size
-    model = predicted_hits(observed(sessions(), outcomes), variant, ModelShape(block, block))
-    assert not differences(hits, model)
-    assert all(h % block == 0 for row in hits for h in row)  # hits land on blocks only
+    assert not runs.hits_unpredicted(variant, ModelShape(block, block))
+    outcomes = runs.served(variant)
+    assert all(o.num_cached_tokens % block == 0 for s in outcomes for o in s)  # hits land on blocks only
     assert in_flight_together(outcomes)

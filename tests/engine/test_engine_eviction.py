@@ -12,11 +12,7 @@ from tests.engine.support import (
     UNIT,
     VARIANTS,
     Runs,
-    differences,
-    disagreements,
     in_flight_together,
-    observed,
-    sessions,
 )
 
 pytestmark = pytest.mark.engine
@@ -49,10 +45,8 @@ def groups(engine) -> tuple[int, int, int]:
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
 def test_with_eviction_every_hit_is_the_one_the_cache_model_predicts(engine, runs, variant):
-    from boundary_vllm.prediction import ModelShape, predicted_hits
+    from boundary_vllm.prediction import ModelShape
 
-    outcomes = runs.served(variant)
-    hits = [[o.num_cached_tokens for o in s] for s in outcomes]
     attention, recurrent, page = groups(engine)
     shape = ModelShape(
         engine.block_size,
@@ -64,12 +58,11 @@ def test_with_eviction_every_hit_is_the_one_the_cache_model_predicts(engine, run
         engine_steps=True,
     )
     models: list = []
-    model = predicted_hits(observed(sessions(), outcomes), variant, shape, models=models)
-    assert not differences(hits, model)
+    assert not runs.hits_unpredicted(variant, shape, models)
     assert sum(models[0].stats.evictions.values()) > 0  # the pool did evict
-    assert in_flight_together(outcomes)
+    assert in_flight_together(runs.served(variant))
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
 def test_with_eviction_reused_states_give_the_outputs_of_computing_from_scratch(runs, variant):
-    assert not disagreements(runs.served(variant), runs.reference())
+    assert not runs.outputs_disagreeing(variant)

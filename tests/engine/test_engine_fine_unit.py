@@ -17,12 +17,9 @@ from tests.engine.support import (
     UNIT,
     VARIANTS,
     Runs,
-    differences,
     disagreements,
     in_flight_together,
-    observed,
     requests,
-    sessions,
     turns,
     with_policy,
 )
@@ -48,20 +45,16 @@ def runs(engine):
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
 def test_reused_states_give_the_outputs_of_computing_from_scratch(runs, variant):
-    outcomes = runs.served(variant)
-    assert not disagreements(outcomes, runs.reference())
-    assert sum(o.num_cached_tokens > 0 for s in outcomes for o in s) >= 8  # the runs did reuse
+    assert not runs.outputs_disagreeing(variant)
+    assert runs.reused_requests(variant) >= 8
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
 def test_every_hit_is_the_one_the_cache_model_predicts(engine, runs, variant):
-    from boundary_vllm.prediction import ModelShape, predicted_hits
+    from boundary_vllm.prediction import ModelShape
 
-    outcomes = runs.served(variant)
-    hits = [[o.num_cached_tokens for o in s] for s in outcomes]
-    model = predicted_hits(observed(sessions(), outcomes), variant, ModelShape(engine.block_size, UNIT))
-    assert not differences(hits, model)
-    assert in_flight_together(outcomes)
+    assert not runs.hits_unpredicted(variant, ModelShape(engine.block_size, UNIT))
+    assert in_flight_together(runs.served(variant))
 
 
 def test_u_end_serves_a_continuation_whose_p_end_is_unreachable_and_main_sparse_misses_it(runs):
