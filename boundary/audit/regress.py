@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from boundary.errors import BoundaryError, RequestError
 from boundary.family import Family, family_spec, load_family
+from boundary.json_file import read_json_file
 from boundary.outputs import format_output
 
 FINAL_ANSWER = {
@@ -139,27 +140,9 @@ def expected_for(fam: Family, case: GoldenCase) -> dict[str, Any]:
     }
 
 
-def _json_file(path: Path) -> Any:
-    """A JSON file's value; ``RequestError`` naming ``path`` (and ``line:column`` where the
-    bytes or the JSON are bad)."""
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise RequestError(f"cannot read the file ({exc.strerror})", location=str(path)) from None
-    try:
-        return json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise RequestError(f"not UTF-8 (byte 0x{raw[exc.start]:02x})", location=f"{path}:{line}") from None
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"not JSON ({exc.msg})", location=f"{path}:{exc.lineno}:{exc.colno}") from None
-    except RecursionError:
-        raise RequestError("not readable: JSON nested too deeply", location=str(path)) from None
-
-
 def _load_case(folder: Path) -> GoldenCase:
     try:
-        return GoldenCase.model_validate(_json_file(folder / "case.json"))
+        return GoldenCase.model_validate(read_json_file(folder / "case.json"))
     except ValidationError as exc:
         err = exc.errors(include_url=False)[0]
         loc = ".".join(str(p) for p in err["loc"])
@@ -196,7 +179,7 @@ def check_corpus(
         if not expected_path.is_file():
             drifts.append(Drift(folder.name, None, "expected.json", "present", "missing"))
             continue
-        expected = _json_file(expected_path)
+        expected = read_json_file(expected_path)
         drifts += compare(folder.name, expected, expected_for(loader(case.family, case.variant), case))
     return checked, drifts
 
@@ -261,7 +244,7 @@ def add_cases(root: str | Path, conversations: str | Path, families: Iterable[st
         if spec.default_variant is None:
             continue
         for path in files:
-            data = _json_file(path)
+            data = read_json_file(path)
             if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
                 raise RequestError("expected an object with a list of messages", location=f"{path}: messages")
             try:

@@ -63,26 +63,13 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def _load(path: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """The conversation file: ``RequestError`` naming ``path:line:column`` (bad bytes or JSON)
     or ``path`` and the field (a value of the wrong shape)."""
-    from boundary.errors import RequestError
+    from boundary.json_file import read_json_file
 
     if path is None:
         from boundary.datasets import default_conversation
 
         return default_conversation(), None
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise RequestError(f"cannot read the conversation ({exc.strerror})", location=str(path)) from None
-    try:
-        text = raw.decode("utf-8")
-        data = json.loads(text)
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        raise RequestError(f"not UTF-8 (byte 0x{raw[exc.start]:02x})", location=f"{path}:{line}") from None
-    except json.JSONDecodeError as exc:
-        raise RequestError(f"not JSON ({exc.msg})", location=f"{path}:{exc.lineno}:{exc.colno}") from None
-    except RecursionError:
-        raise RequestError("not readable: JSON nested too deeply", location=str(path)) from None
+    data = read_json_file(path)
     if isinstance(data, dict):
         return data.get("messages", []), data.get("tools")
     return data, None

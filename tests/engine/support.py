@@ -59,31 +59,13 @@ def with_policy(ss: Sequence[Sequence[Any]], variant: Variant) -> list[list[Any]
 
 
 def observed(ss: Sequence[Sequence[Any]], outcomes: Sequence[Sequence[Any]]) -> list[list[Any]]:
-    """The requests as the engine ran them, for ``boundary_vllm.prediction``: the tokens the
-    engine generated and the steps its scheduler took."""
-    from boundary_vllm.prediction import Observed
+    """The requests as the engine ran them, for ``boundary_vllm.prediction``
+    (``scenarios.observed``); every request logged, none preempted."""
+    from boundary_vllm.scenarios import observed as as_observed
 
-    out = []
-    for session, outs in zip(ss, outcomes, strict=True):
-        row = []
-        for r, o in zip(session, outs, strict=True):
-            log = o.logged
-            assert log is not None and log.finished is not None and log.preemptions == 0
-            row.append(
-                Observed(
-                    r.prompt_token_ids,
-                    log.output_token_ids,
-                    r.input_end,
-                    r.stop_token_ids,
-                    r.round_trip,
-                    r.horizon,
-                    log.admitted,
-                    log.finished,
-                    tuple(log.steps),
-                )
-            )
-        out.append(row)
-    return out
+    seen = as_observed(ss, outcomes)
+    assert seen is not None, "a request without a step log, or preempted"
+    return seen
 
 
 def differences(served: Sequence[Sequence[int]], predicted: Sequence[Sequence[int]]) -> list[str]:
