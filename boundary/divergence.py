@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
@@ -39,11 +39,42 @@ class Cause(StrEnum):
     BPE_REMERGE = "bpe_remerge"  # same text, different tokens: BPE merged across the boundary
     PARSE_FAILURE = "parse_failure"  # the output could not be read back (malformed or cut off)
     HISTORY_EDITED = "history_edited"  # the next request changes an earlier message
+    HEAD_REWRITE = "head_rewrite"  # the client rewrites the leading system block every turn
     OTHER = "other"
 
 
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}|\d{1,2} \w+ \d{4}|\w+ \d{1,2}, \d{4}")
 _WS = re.compile(r"\s+")
+
+
+_HEAD_ROLES = ("system", "developer")
+
+
+def _role(message: object) -> object:
+    return message.get("role") if isinstance(message, Mapping) else getattr(message, "role", None)
+
+
+def _leading(messages: Sequence[object]) -> int:
+    """How many messages open the request in the system / developer role."""
+    n = 0
+    while n < len(messages) and _role(messages[n]) in _HEAD_ROLES:
+        n += 1
+    return n
+
+
+def head_change(messages: Sequence[object], next_messages: Sequence[object]) -> str | None:
+    """Where the client changed the head of the prompt between a request and the next one, as
+    ``messages[i]`` (an index of the next request), or None: the first leading system /
+    developer message that differs (rewritten, added or removed), else the first system /
+    developer message the next request adds after this request's messages (a note a template
+    or frontend folds into the leading system block)."""
+    for i in range(max(_leading(messages), _leading(next_messages))):
+        if i >= len(messages) or i >= len(next_messages) or messages[i] != next_messages[i]:
+            return f"messages[{i}]"
+    for i in range(len(messages), len(next_messages)):
+        if _role(next_messages[i]) in _HEAD_ROLES:
+            return f"messages[{i}]"
+    return None
 
 
 def _without_space(text: str, limit: int) -> str:
@@ -109,10 +140,12 @@ def classify(
     lcp: int,
     history_same: bool = True,
     roles: Sequence[str] = (),
+    head: str | None = None,
 ) -> Verdict:
     """Name the cause of the first divergence at token ``lcp``: token-level (BPE), a turn that
     could not be read back, then by where the texts part — in history, in the generation
-    prompt, or in the generated turn."""
+    prompt, or in the generated turn. ``head``: where the client changed the head of the
+    prompt (``head_change``), None when it did not."""
     a, b = prompt.text + parsed.text, nxt.text
     c = common_prefix_length(a, b)
     agreed = c >= len(a)  # all of prompt + generated is text of the next request
@@ -138,7 +171,7 @@ def classify(
                 f"an empty think block is {'dropped' if in_a else 'added'}: {d.shown}",
             )
     if d.c < u_char:
-        return _classify_history(prompt, fmt, d, history_same, roles)
+        return _classify_history(prompt, fmt, d, history_same, roles, head)
     if d.c < d.p_char:
         return _classify_generation_prompt(prompt, fmt, parsed, d)
     return _classify_generated(fmt, parsed, d)
@@ -198,21 +231,30 @@ def _classify_generated(fmt: OutputFormat, parsed: ParsedOutput, d: _Divergence)
 
 
 def _classify_history(
-    prompt: Rendering, fmt: OutputFormat, d: _Divergence, history_same: bool, roles: Sequence[str]
+    prompt: Rendering,
+    fmt: OutputFormat,
+    d: _Divergence,
+    history_same: bool,
+    roles: Sequence[str],
+    head: str | None,
 ) -> Verdict:
-    """The texts part before U_end: in the system prompt or an earlier turn."""
+    """The texts part before U_end: in the system prompt or an earlier turn. Inside the
+    leading system / tools block (before the first message of another role) and with the
+    client's head changed: ``HEAD_REWRITE``, naming the message."""
     a, b, c, shown = d.a, d.b, d.c, d.shown
-    if not history_same:
-        return Verdict(Cause.HISTORY_EDITED, f"the next request changes an earlier message: {shown}")
     starts = prompt.message_starts
     first_turn = next(
-        (
-            s
-            for s, role in zip(starts, roles, strict=False)
-            if s is not None and role not in ("system", "developer")
-        ),
+        (s for s, role in zip(starts, roles, strict=False) if s is not None and role not in _HEAD_ROLES),
         None,
     )
+    if head is not None and first_turn is not None and c < first_turn:
+        return Verdict(
+            Cause.HEAD_REWRITE,
+            f"the client rewrites the head of the prompt ({head} of the next request): "
+            f"everything after it is prefilled again: {shown}",
+        )
+    if not history_same:
+        return Verdict(Cause.HISTORY_EDITED, f"the next request changes an earlier message: {shown}")
     window = a[max(0, c - 24) : c + 24]
     if first_turn is None or c < first_turn:
         if _DATE.search(window):

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind
-from boundary.divergence import Cause, classify
+from boundary.divergence import Cause, classify, head_change
 from boundary.errors import TemplateRenderError
 from boundary.offsets import TokenOffset
 from boundary.outputs import (
@@ -153,9 +153,11 @@ def check_continuation(
     history_same: bool = True,
     variant: str | None = None,
     roles: Sequence[str] = (),
+    head: str | None = None,
 ) -> ContinuationCheck:
     """Compare ``prompt + generated`` with ``next_rendering`` (already rendered). ``roles`` are
-    the request's message roles (they tell the system prompt from the conversation)."""
+    the request's message roles (they tell the system prompt from the conversation); ``head``
+    where the client changed the prompt's head (``divergence.head_change``)."""
     fmt = output_format(family, variant)
     p = len(prompt.token_ids)
     seq = prompt.token_ids + list(generated)
@@ -173,7 +175,7 @@ def check_continuation(
     cause = detail = None
     if not round_trips:
         cause, detail = classify(
-            family, fmt, prompt, generated, parsed, next_rendering, lcp, history_same, roles
+            family, fmt, prompt, generated, parsed, next_rendering, lcp, history_same, roles, head
         )
     best = best_checkpoint(prompt, d_end, lcp, unit)
     return ContinuationCheck(
@@ -283,6 +285,7 @@ def verify_round_trip(
             history_same=same,
             variant=variant,
             roles=roles,
+            head=head_change(messages, probe_messages) if continuation == "given" else None,
         )
 
     if next_messages is not None:

@@ -32,6 +32,7 @@ from boundary.audit.records import (
 )
 from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint
+from boundary.divergence import head_change
 from boundary.errors import BoundaryError, RequestError
 from boundary.family import Family
 from boundary.horizon import stability_horizon
@@ -229,6 +230,7 @@ def _check_previous(
             history_same=same,
             variant=s.variant,
             roles=[str(m.get("role")) for m in before],
+            head=head_change(before, chat_messages(request)),
         )
         rec.d_end = check.d_end
         rec.round_trips = check.round_trips
