@@ -25,8 +25,10 @@ production record without ``output`` ends at its prompt. In a production record 
 (when given) must equal the prompt length, ``u_end`` lie in ``[0, p_end]`` and ``d_end`` (the
 committed end, trailing stop tokens excluded, as the engine computed it) in ``[p_end, p_end +
 len(output)]``; without ``d_end`` the readers take the output minus a trailing stop token.
-``served_by`` is the checkpoint kind that served the request's hit (``prompt_end``,
-``input_end``, ``decode_end``, ``reactive``, ``prompt_end_block``), ``untracked`` (the engine
+``arrival_s`` (optional, either kind) is when the request arrived, in seconds on one clock (the
+vLLM recorder writes Unix time), checked by ``boundary.trace_times``. ``served_by`` is the
+checkpoint kind that served the request's hit (``prompt_end``, ``input_end``, ``decode_end``,
+``reactive``, ``prompt_end_block``), ``untracked`` (the engine
 served a state whose origin it had not recorded), ``unattributed`` (a hit the server reported
 without its kind: a frontend's record) or null for no hit; ``hit_tokens`` is the hit's length
 and ``policy`` the engine's checkpoint policy, both as recorded.
@@ -65,6 +67,7 @@ from pydantic import (
 
 from boundary.errors import RequestError
 from boundary.protocol import check_message_limits, parse_messages, parse_tools
+from boundary.trace_times import check_arrivals
 
 TokenId = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
 """A token id as engines store them (an unsigned 32-bit int)."""
@@ -137,6 +140,7 @@ class TraceRequest(_Model):
     served_by: ServedBy | None = None
     hit_tokens: int | None = Field(None, ge=0)
     policy: str | None = Field(None, min_length=1)
+    arrival_s: float | None = Field(None, ge=0, allow_inf_nan=False, strict=True)
     _where: str | None = PrivateAttr(None)  # ``path:line (session ...)`` when read from a file
 
     def __eq__(self, other: object) -> bool:
@@ -190,6 +194,7 @@ def production_record(
     served_by: str | None = None,
     hit_tokens: int | None = None,
     policy: str | None = None,
+    arrival_s: float | None = None,
 ) -> TraceRequest:
     """One finished request as a production record (validated as the reader validates it);
     ``p_end`` is the prompt length."""
@@ -204,6 +209,7 @@ def production_record(
             "served_by": served_by,
             "hit_tokens": hit_tokens,
             "policy": policy,
+            "arrival_s": arrival_s,
         }
     )
 
@@ -282,6 +288,7 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
             requests.append(parse_line(line, f"{path}:{n}"))
     if not requests:
         raise RequestError("the trace has no requests", location=str(path))
+    check_arrivals(requests)
     return requests
 
 

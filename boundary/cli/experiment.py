@@ -71,14 +71,20 @@ def _add_workload_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--system-prompt",
-        choices=("shared", "per_session"),
+        choices=("shared", "per_session", "head_rewrite"),
         default="shared",
-        help="per_session gives every session its own system prompt (default: shared)",
+        help="per_session gives every session its own system prompt; head_rewrite appends a note for "
+        "each request to the system prompt, as a client that rewrites the prompt's head (default: shared)",
     )
     p.add_argument(
         "--no-reasoning", action="store_true", help="do not add synthetic reasoning to assistant turns"
     )
     p.add_argument("--sessions", type=int, help="use only the first N sessions")
+    p.add_argument(
+        "--synthesise-arrivals",
+        action="store_true",
+        help="re-synthesise arrival times even when the trace records them (arrival_s)",
+    )
     p.add_argument("--synthetic-sessions", type=int, default=200, help="sessions of the synthetic workload")
     p.add_argument("--bfcl-categories", default="base", help="BFCL multi-turn categories, comma-separated")
 
@@ -194,6 +200,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts += ["--synthetic-sessions", str(args.synthetic_sessions)]
     if args.no_reasoning:
         parts.append("--no-reasoning")
+    if args.synthesise_arrivals:
+        parts.append("--synthesise-arrivals")
     if args.junction_at_unit:
         parts.append("--junction-at-unit")
     for unit in args.unit or ():
@@ -317,6 +325,7 @@ def _settings(args: argparse.Namespace) -> tuple[WorkloadOptions, ExperimentConf
         if args.client == "kept" and kwargs.get("preserve_thinking")
         else "drop_before_last_user",
         concurrency=args.concurrency,
+        arrivals="synthesised" if args.synthesise_arrivals else "recorded",
     )
     config = ExperimentConfig(
         policies=tuple(_csv(args.policies)),

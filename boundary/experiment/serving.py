@@ -9,8 +9,12 @@ its previous reply has finished, plus a client delay (after a tool call the tool
 before a new user message the think time; both exponential, drawn once per request from
 ``seed`` so every policy sees the same delays). A user who finishes a session starts the
 next unstarted one after a think time; the first ``concurrency`` sessions start at a think
-time each. The measurement window ends when the first user finds no session left (after it,
-fewer than ``concurrency`` users remain).
+time each. With ``recorded_delays`` (a trace that records arrival times) the delay before a
+session's later request is the one its recorded schedule implies: its arrival minus its
+previous request's finish on the stream's uncontended schedule (``arrivals.recorded``), so a
+request arrives that long after its previous reply finished under the simulated load; the first
+request of a session still waits a drawn think time. The measurement window ends when the
+first user finds no session left (after it, fewer than ``concurrency`` users remain).
 
 The router sends a request to a replica: ``session_sticky`` pins a session to replica
 ``ordinal % replicas`` (its cache sees the whole session), ``round_robin`` takes replicas in
@@ -58,6 +62,7 @@ class LoadModel:
     tool_latency: float = 1.0
     think_time: float = 10.0
     seed: int = 0
+    recorded_delays: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,16 +106,21 @@ class ServingRun:
 
 
 def client_delays(sessions: Sequence[Sequence[StreamRequest]], model: LoadModel) -> list[list[float]]:
-    """Every request's client delay, drawn once in session order (seeded)."""
+    """Every request's client delay, drawn once in session order (seeded); with
+    ``recorded_delays`` a later request's is its recorded gap (arrival minus the previous
+    request's finish on the stream's schedule, at least 0)."""
     rng = random.Random(model.seed)
 
     def draw(mean: float) -> float:
         return rng.expovariate(1.0 / mean) if mean > 0 else 0.0
 
-    return [
-        [draw(model.tool_latency if r.continuation is Continuation.TOOL else model.think_time) for r in s]
-        for s in sessions
-    ]
+    def delay(s: Sequence[StreamRequest], t: int) -> float:
+        r = s[t]
+        if model.recorded_delays and t:
+            return max(r.arrival - s[t - 1].finish, 0.0)
+        return draw(model.tool_latency if r.continuation is Continuation.TOOL else model.think_time)
+
+    return [[delay(s, t) for t in range(len(s))] for s in sessions]
 
 
 def serve(

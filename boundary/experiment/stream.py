@@ -25,7 +25,7 @@ from typing import Any
 from boundary.cache.hashing import PrefixHasher, PrefixReuse
 from boundary.cache.request import CacheRequest
 
-STREAM_FORMAT = 4
+STREAM_FORMAT = 5
 
 
 class Continuation(StrEnum):
@@ -43,6 +43,8 @@ class StreamRequest:
     output re-renders token for token into the next request (None: no verifier ran).
     ``horizon``: the stability horizon (``boundary.horizon``) for the next request, tokens of
     prompt + output predicted to stay a prefix of it (None: not predicted).
+    ``recorded_arrival``: the trace's ``arrival_s`` (None: the trace has none); ``arrival`` /
+    ``finish``: the schedule the replay uses (``arrivals``).
 
     Invariants: ``u_end <= num_prompt_tokens <= d_end <= len(tokens)``; ``turn`` counts the
     session's requests from 0; ``arrival <= finish``.
@@ -59,6 +61,7 @@ class StreamRequest:
     tool_call: bool = False
     round_trip: bool | None = None
     horizon: int | None = None
+    recorded_arrival: float | None = None
     arrival: float = 0.0
     finish: float = 0.0
 

@@ -17,6 +17,11 @@ adds *tenants*: ``ceil(2 * concurrency / sessions)`` copies of every session, ea
 token replaced by a tenant sentinel id, so a tenant's sessions share prefixes (its system
 prompt and tools) with each other and with nothing of another tenant — as separate
 deployments with their own system prompts on one engine would.
+
+On a trace with recorded arrivals (``provenance["arrivals"]["source"] == "recorded"``) the
+uncontended schedule is the recorded one (``arrivals.recorded``) and the users keep each
+session's recorded client delays (``LoadModel.recorded_delays``): the users and tenants still
+set the load, the trace sets the gaps within a session.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from boundary.cache.accounting import CacheGeometry
 from boundary.cache.hybrid import CacheConfig
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import engine_geometry
-from boundary.experiment.arrivals import interleave
+from boundary.experiment.arrivals import interleave, recorded
 from boundary.experiment.calibration import step_constants
 from boundary.experiment.cost import PrefillCostModel, StepCostModel
 from boundary.experiment.load import summary
@@ -69,12 +74,18 @@ def load_sweep(
         max_num_batched_tokens=options["max_chunk_tokens"], max_num_seqs=options["max_num_seqs"]
     )
     points: list[dict[str, Any]] = []
+    on_record = (stream.provenance.get("arrivals") or {}).get("source") == "recorded"
     for c in concurrency:
         sessions = tenants(base, math.ceil(2 * c / max(len(base), 1)))
-        timed, requests, oracle = _timed(stream, sessions, geometry.unit, cost, c, seed)
+        timed, requests, oracle = _timed(stream, sessions, geometry.unit, cost, c, seed, on_record)
         outputs = [r.output_tokens for r in timed.requests]
         model = LoadModel(
-            int(c), options["load_replicas"], Routing(options["load_routing"]), scheduler, seed=seed
+            int(c),
+            options["load_replicas"],
+            Routing(options["load_routing"]),
+            scheduler,
+            seed=seed,
+            recorded_delays=on_record,
         )
         for cap in capacity_gib:
             say(f"  load: concurrency {c:g}, {cap:g} GiB")
@@ -113,12 +124,15 @@ def _timed(
     cost: PrefillCostModel,
     concurrency: float,
     seed: int,
+    on_record: bool = False,
 ) -> tuple[Stream, list[CacheRequest], list[int]]:
-    """``sessions`` on the uncontended schedule (``rid`` == index), as the cache sees them, and
-    the oracle's reuse replayed on that schedule."""
-    timed = Stream(
-        stream.name, stream.provenance, interleave(sessions, cost, concurrency=concurrency, seed=seed)
-    )
+    """``sessions`` on the uncontended schedule (``rid`` == index; the recorded one when
+    ``on_record``), as the cache sees them, and the oracle's reuse replayed on that schedule."""
+    if on_record:
+        schedule = recorded(sessions, cost).requests
+    else:
+        schedule = interleave(sessions, cost, concurrency=concurrency, seed=seed)
+    timed = Stream(stream.name, stream.provenance, schedule)
     requests = cache_requests(timed, unit)
     return timed, requests, replay_oracle(requests, unit, event_order(requests))
 

@@ -134,8 +134,8 @@ def test_a_recorded_request_carries_its_session_and_the_frontend_can_record_the_
         }
 
     recorder = TraceRecorder(tmp_path / "frontend.jsonl")
-    recorder.submit(finished_from_reply(req, reply(128)))
-    recorder.submit(finished_from_reply(req, reply(0)))
+    recorder.submit(finished_from_reply(req, reply(128), arrival_s=1764650000.5))
+    recorder.submit(finished_from_reply(req, reply(0), arrival_s=1764650001.0))
     recorder.close()
     hit, miss = read_trace(tmp_path / "frontend.jsonl")  # production records
     assert hit.session == "s1" and hit.output is not None and hit.output.token_ids == [9, 10]
@@ -143,3 +143,4 @@ def test_a_recorded_request_carries_its_session_and_the_frontend_can_record_the_
     assert (hit.u_end, hit.p_end) == (req.rendering.u_end, req.rendering.p_end)
     assert (hit.hit_tokens, hit.served_by, hit.d_end, hit.policy) == (128, "unattributed", None, None)
     assert (miss.hit_tokens, miss.served_by) == (0, None)
+    assert (hit.arrival_s, miss.arrival_s) == (1764650000.5, 1764650001.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+import time
 
 import pytest
 
@@ -29,6 +30,7 @@ from tests.vllm.streams import turns
 pytestmark = pytest.mark.vllm
 
 CONVERSATIONS = (11, 5)
+STARTED = time.time()
 
 
 def recorded_session(conversation: int) -> list[ReplayRequest]:
@@ -87,6 +89,16 @@ def test_a_recorded_stream_holds_what_the_engine_saw(recorded):
             assert record.served_by == (None if outcome.hit_kind == "miss" else outcome.hit_kind)
             assert record.policy == "both"
     assert {r.served_by for r in records} >= {None, "input_end", "decode_end"}
+
+
+def test_every_record_carries_the_engines_arrival_time(recorded):
+    """vLLM's ``Request.arrival_time`` (Unix seconds, set when the request was made): after the
+    module started and before now, and never decreasing within a session (``read_trace``
+    checks that)."""
+    path, requests, _, _ = recorded
+    records = read_trace(path)
+    assert len(records) == sum(len(r) for r in requests)
+    assert all(r.arrival_s is not None and STARTED <= r.arrival_s <= time.time() for r in records)
 
 
 def test_boundary_audit_replays_the_recorded_file_as_it_is(recorded, tmp_path):

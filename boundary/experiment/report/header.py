@@ -115,6 +115,24 @@ def load_assumptions(c: dict[str, Any], cfg: dict[str, Any]) -> list[str]:
     ]
 
 
+def arrival_line(arrivals: dict[str, Any]) -> str:
+    """Which arrival times the replays used: the trace's own, or synthesised (and why)."""
+    if arrivals.get("source") == "recorded":
+        return (
+            f"  - arrivals: recorded in the trace (`arrival_s`); {arrivals.get('rule')}: "
+            f"{arrivals.get('delayed_requests')} request(s) delayed, "
+            f"{arrivals.get('delay_seconds', 0.0):.3f} s in all; the load sweep keeps each session's "
+            "recorded client delays."
+        )
+    why = f" ({arrivals['why']})" if arrivals.get("why") else ""
+    return (
+        f"  - arrivals: synthesised{why}: {arrivals.get('session_starts')}; client delays "
+        f"{arrivals.get('client_delays')}, mean tool latency {arrivals.get('tool_latency_mean_seconds')} s "
+        f"after a tool call, mean think time {arrivals.get('think_time_mean_seconds')} s before a new "
+        "user message."
+    )
+
+
 def assumptions(s: dict[str, Any], c: dict[str, Any], cfg: dict[str, Any] | None = None) -> list[str]:
     """Every modelling assumption that moves the results, with its value."""
     arrivals = s.get("arrivals") or {}
@@ -127,11 +145,7 @@ def assumptions(s: dict[str, Any], c: dict[str, Any], cfg: dict[str, Any] | None
             "datasets carry no model reasoning."
         )
     if arrivals:
-        lines.append(
-            f"  - arrivals: {arrivals.get('session_starts')}; client delays {arrivals.get('client_delays')}, "
-            f"mean tool latency {arrivals.get('tool_latency_mean_seconds')} s after a tool call, "
-            f"mean think time {arrivals.get('think_time_mean_seconds')} s before a new user message."
-        )
+        lines.append(arrival_line(arrivals))
     lines.append(
         f"  - decode speed in the cache replays: {c.get('decode_seconds_per_token', 0) * 1000:.0f} ms per "
         "output token, uncontended; a request's time in flight is its no-cache prefill plus its decode, "
@@ -144,5 +158,11 @@ def assumptions(s: dict[str, Any], c: dict[str, Any], cfg: dict[str, Any] | None
             "  - per_session system prompts: each session gets its own system text, but the tools block "
             "stays shared and the Qwen templates render it before the system text (about half of a "
             "first prompt), so sessions still share that prefix."
+        )
+    if s.get("system_prompt") == "head_rewrite":
+        lines.append(
+            "  - head_rewrite: the client appends a note for each request to the shared system prompt "
+            "(`workloads.script.with_head_note`), so every request's prompt parts from the previous "
+            "one inside the system block and everything after the note is prefilled again."
         )
     return lines

@@ -9,7 +9,10 @@ Shipped: ``tau_bench`` (airline tool loops, one shared system policy), ``mt_benc
 chats), ``bfcl`` (multi-turn function calling, synthesised assistant turns and tool results),
 ``synthetic`` (token-level sessions for scale). Anything else is read as a trace file in the
 audit's JSONL format. Rendered sessions are cached on disk (``BOUNDARY_CACHE_DIR``) under a
-key of everything that shapes them; arrival times are assigned after loading.
+key of everything that shapes them; arrival times are assigned after loading: a trace's
+recorded ``arrival_s`` by default (``arrivals.recorded``), else synthesised
+(``arrivals.interleave``: shipped workloads, traces without times, or ``arrivals="synthesised"``);
+the stream's provenance says which (``arrivals.source``) and why.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 import boundary
-from boundary.experiment.arrivals import THINK_TIME_SECONDS, TOOL_LATENCY_SECONDS, interleave
+from boundary.experiment.arrivals import THINK_TIME_SECONDS, TOOL_LATENCY_SECONDS, interleave, recorded
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.stream import Stream, StreamRequest
 from boundary.experiment.workloads import bfcl, mt_bench, synthetic, tau_bench
@@ -47,7 +50,9 @@ class WorkloadOptions(BaseModel):
     """How to turn a workload into requests. ``reasoning``: add seeded synthetic reasoning to
     every assistant turn when the template thinks (``enable_thinking`` not false);
     ``client``: whether the client sends that reasoning back in history; ``sessions``: use
-    the first N sessions only."""
+    the first N sessions only; ``arrivals``: ``recorded`` replays a trace's own arrival times
+    when every line has one (else they are synthesised, and the stream says so);
+    ``synthesised`` always re-synthesises them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -64,6 +69,7 @@ class WorkloadOptions(BaseModel):
     synthetic_sessions: int = Field(200, gt=0)
     synthetic_history: Literal["drop_before_last_user", "append_only"] = "drop_before_last_user"
     concurrency: float = Field(16.0, gt=0)
+    arrivals: Literal["recorded", "synthesised"] = "recorded"
 
 
 Progress = Callable[[str], None]
@@ -103,7 +109,7 @@ def rendered_sessions(
         "template": fam.default_variant if options.variant is None else options.variant,
         "tokenizer": fam.tokenizer.source,
         "boundary_version": boundary.__version__,
-        **options.model_dump(mode="json", exclude={"concurrency"}),
+        **options.model_dump(mode="json", exclude={"concurrency", "arrivals"}),
     }
     scripts: list[SessionScript] = []
     if workload not in SHIPPED:
@@ -129,7 +135,14 @@ def rendered_sessions(
         for k, script in enumerate(scripts):
             if k % 20 == 0:
                 say(f"rendering session {k + 1}/{len(scripts)} with {fam.name}")
-            result = render_session(fam, script, client=options.client, render=render, formatter=formatter)
+            result = render_session(
+                fam,
+                script,
+                client=options.client,
+                render=render,
+                formatter=formatter,
+                rewrite_head=options.system_prompt == "head_rewrite",
+            )
             stream.requests.extend(result.requests)
             skipped += result.skipped
         provenance["skipped_model_calls"] = skipped
@@ -140,6 +153,8 @@ def rendered_sessions(
 
 def _synthetic_stream(options: WorkloadOptions) -> Stream:
     """The synthetic workload: token sessions made directly, nothing rendered or cached."""
+    if options.system_prompt == "head_rewrite":
+        raise ValueError("system_prompt head_rewrite needs a rendered workload, not synthetic")
     requests = [
         r
         for session in synthetic.sessions(
@@ -191,18 +206,39 @@ def build_stream(
     sessions: dict[str, list[StreamRequest]] = {}
     for r in rendered.requests:
         sessions.setdefault(r.session, []).append(r)
-    requests = interleave(list(sessions.values()), cost, concurrency=options.concurrency, seed=options.seed)
-    provenance = {
-        **rendered.provenance,
-        "concurrency": options.concurrency,
-        "arrival_model": cost.model.name,
-        "arrivals": {
+    has_times = bool(rendered.requests) and all(r.recorded_arrival is not None for r in rendered.requests)
+    timing: dict[str, Any] = {"decode_seconds_per_token": cost.decode_seconds_per_token}
+    if has_times and options.arrivals == "recorded":
+        schedule = recorded(list(sessions.values()), cost)
+        requests = schedule.requests
+        timing |= {
+            "source": "recorded",
+            "rule": "the trace's arrival_s from its earliest; a request whose session's previous "
+            "request has not finished by then (uncontended) arrives at that finish, counted as delayed",
+            "delayed_requests": schedule.delayed,
+            "delay_seconds": schedule.delay_seconds,
+        }
+    else:
+        requests = interleave(
+            list(sessions.values()), cost, concurrency=options.concurrency, seed=options.seed
+        )
+        timing |= {
+            "source": "synthesised",
+            "why": "asked (arrivals=synthesised)"
+            if has_times
+            else "the workload records no arrival times"
+            if workload in SHIPPED
+            else "the trace has no arrival_s",
             "session_starts": "Poisson, rate = concurrency / mean session duration (Little's law)",
             "tool_latency_mean_seconds": TOOL_LATENCY_SECONDS,
             "think_time_mean_seconds": THINK_TIME_SECONDS,
             "client_delays": "exponential",
-            "decode_seconds_per_token": cost.decode_seconds_per_token,
-        },
+        }
+    provenance = {
+        **rendered.provenance,
+        "concurrency": options.concurrency,
+        "arrival_model": cost.model.name,
+        "arrivals": timing,
     }
     return Stream(rendered.name, provenance, requests)
 

@@ -28,7 +28,13 @@ from typing import Any
 from boundary.boundaries import Rendering
 from boundary.errors import BoundaryError, RequestError
 from boundary.experiment.stream import Continuation, StreamRequest
-from boundary.experiment.workloads.script import ClientBehaviour, Message, SessionScript, client_history
+from boundary.experiment.workloads.script import (
+    ClientBehaviour,
+    Message,
+    SessionScript,
+    client_history,
+    with_head_note,
+)
 from boundary.family import Family
 from boundary.horizon import active_rewrites, stability_horizon, trigger_of
 from boundary.outputs import format_output, parse_output
@@ -151,8 +157,11 @@ def render_session(
     client: ClientBehaviour,
     render: dict[str, Any],
     formatter: OutputFormatter,
+    rewrite_head: bool = False,
 ) -> RenderedSession:
-    """One request per assistant message, ``rid`` set to -1 (arrival order assigns it)."""
+    """One request per assistant message, ``rid`` set to -1 (arrival order assigns it);
+    ``rewrite_head``: each request's system block carries a note for that request
+    (``script.with_head_note``)."""
     requests: list[StreamRequest] = []
     skipped = 0
     messages = script.messages
@@ -164,6 +173,8 @@ def render_session(
             skipped += 1
             continue
         history = client_history(messages[:i], client)
+        if rewrite_head:
+            history = with_head_note(history, len(requests))
         prompt = renderer.render(history, tools=script.tools, add_generation_prompt=True, **render)
         try:
             out = formatter(fam, prompt, history, message, script.tools, render)

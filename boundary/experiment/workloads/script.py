@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 Message = dict[str, Any]
 ClientBehaviour = Literal["kept", "dropped"]
-SystemPromptMode = Literal["shared", "per_session"]
+SystemPromptMode = Literal["shared", "per_session", "head_rewrite"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +55,20 @@ def with_own_system_prompt(script: SessionScript, seed: int) -> SessionScript:
     else:
         messages.insert(0, {"role": "system", "content": line})
     return SessionScript(script.name, messages, script.tools, script.synthesised)
+
+
+def with_head_note(history: Sequence[Message], turn: int) -> list[Message]:
+    """``history`` as a client that rewrites the head of the prompt every request sends it: a
+    note for request ``turn`` appended to the leading system message (a new one when there is
+    none), as a coding agent's per-turn system note folded into the system block by its
+    frontend. Everything after the note is new text to the cache on every request."""
+    note = f"Workspace status for request {turn}: {turn % 7 + 1} files changed since the last request."
+    messages = [dict(m) for m in history]
+    if messages and messages[0]["role"] == "system" and isinstance(messages[0].get("content"), str):
+        messages[0]["content"] = f"{messages[0]['content']}\n\n{note}"
+    else:
+        messages.insert(0, {"role": "system", "content": note})
+    return messages
 
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{1,}")

@@ -9,7 +9,8 @@ its output is, in order of preference: ``output.token_ids``; ``output.text`` tok
 next request carries right after this request's messages; otherwise none (D_end = P_end).
 A production record (``prompt_token_ids``) is replayed as it is: its prompt and output ids,
 its ``u_end`` (None when the engine did not record one) and ``d_end`` (when recorded); nothing
-is rendered.
+is rendered. A line's ``arrival_s`` is kept as the request's ``recorded_arrival`` (the replay's
+schedule, ``arrivals.recorded``, honours it).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def _chat(
         continuation=_continuation(k, line),
         tool_call=bool(nxt and nxt.get("tool_calls")),
         round_trip=predicted_round_trip(fam, messages, ids, line.tools, habit, render) if ids else None,
+        recorded_arrival=line.arrival_s,
     )
 
 
@@ -145,4 +147,5 @@ def _production(line: TraceRequest, k: int, following: TraceRequest | None, stop
         u_end=line.u_end,
         d_end=line.d_end if line.d_end is not None else _committed_end(tokens, ids, stops),
         continuation=Continuation.FIRST if k == 0 else Continuation.USER,
+        recorded_arrival=line.arrival_s,
     )

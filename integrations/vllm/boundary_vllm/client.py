@@ -94,11 +94,14 @@ def chat_request(
     return ChatRequest(body, rendering, session)
 
 
-def finished_from_reply(request: ChatRequest, reply: Mapping[str, Any]) -> FinishedRequest:
+def finished_from_reply(
+    request: ChatRequest, reply: Mapping[str, Any], *, arrival_s: float | None = None
+) -> FinishedRequest:
     """The frontend's record of one answered request (for ``TraceRecorder.submit``): the output
     ids vLLM returned (``return_token_ids``), the cached prompt tokens it reported as the hit;
     which checkpoint served it only the engine knows (``served`` is ``unattributed``, or
-    ``miss`` when nothing was cached)."""
+    ``miss`` when nothing was cached). ``arrival_s``: when the frontend sent the request
+    (Unix seconds, ``time.time()``), recorded as the line's arrival time."""
     choice = reply["choices"][0]
     usage = reply.get("usage") or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
@@ -112,6 +115,7 @@ def finished_from_reply(request: ChatRequest, reply: Mapping[str, Any]) -> Finis
         hit_tokens=int(cached),
         served=UNATTRIBUTED if cached else MISS,
         policy=None,
+        arrival_s=arrival_s,
     )
 
 

@@ -4,9 +4,12 @@ deployment really saw.
 
 A record holds the session id (``chat_request(..., session=...)`` puts it in ``vllm_xargs``;
 without one, the request id), the prompt ids as the engine ran them, the committed output ids,
-U_end / P_end / D_end, the joint hit at admission (``hit_tokens``), the checkpoint kind that
-served it (``served_by``: null for a miss, ``untracked`` for a state of unknown origin,
-``unattributed`` in a frontend's record) and the policy. ``boundary.trace.production_record``
+U_end / P_end / D_end, the arrival time (``arrival_s``: the engine's ``Request.arrival_time``,
+Unix seconds, or the time the frontend sent the request), the joint hit at admission
+(``hit_tokens``), the checkpoint kind that served it (``served_by``: null for a miss,
+``untracked`` for a state of unknown origin, ``unattributed`` in a frontend's record) and the
+policy. Records are written as requests finish, so a session whose requests overlap in time can
+be written out of arrival order, which the reader refuses. ``boundary.trace.production_record``
 builds it and ``boundary.trace.TraceWriter`` writes it.
 
 Opt-in and bounded: on only with a path (``additional_config["boundary"]["record_path"]`` or
@@ -54,7 +57,8 @@ class RecordLimits:
 class FinishedRequest:
     """One finished request as the scheduler hands it over: references, serialized later.
     ``d_end``: the committed end (trailing stop tokens excluded); ``served``: the kind that
-    served the hit, ``miss``, ``untracked`` or ``unattributed``."""
+    served the hit, ``miss``, ``untracked`` or ``unattributed``; ``arrival_s``: when the request
+    arrived (Unix seconds; None: not known)."""
 
     session: str
     prompt_token_ids: Sequence[int]
@@ -64,6 +68,7 @@ class FinishedRequest:
     hit_tokens: int
     served: str
     policy: str | None
+    arrival_s: float | None = None
 
 
 Submitted = FinishedRequest | Callable[[], FinishedRequest]  # what ``TraceRecorder.submit`` takes
@@ -80,6 +85,7 @@ def trace_record(finished: FinishedRequest) -> TraceRequest:
         served_by=None if finished.served == MISS else finished.served,
         hit_tokens=finished.hit_tokens,
         policy=finished.policy,
+        arrival_s=finished.arrival_s,
     )
 
 

@@ -256,6 +256,7 @@ class BoundaryCheckpointsMixin:
                 params.all_stop_token_ids,
                 plan,
                 served,
+                request.arrival_time,
             )
         )
 
@@ -297,9 +298,10 @@ def _finished(
     stop_token_ids: Collection[int],
     plan: RequestCheckpoints | None,
     served: tuple[int, str],
+    arrival_s: float | None = None,
 ) -> FinishedRequest:
     """The record of a finished request (built on the recorder's thread); ``lengths``: its
-    prompt and total token counts at finish."""
+    prompt and total token counts at finish; ``arrival_s``: vLLM's ``Request.arrival_time``."""
     num_prompt_tokens, num_tokens = lengths
     return FinishedRequest(
         session=str((extra_args or {}).get(SESSION_KEY) or request_id),
@@ -310,6 +312,7 @@ def _finished(
         hit_tokens=served[0],
         served=served[1],
         policy=plan.variant.value if plan is not None else None,
+        arrival_s=arrival_s,
     )
 
 
