@@ -12,6 +12,7 @@ import pytest
 from boundary.experiment.arrivals import recorded
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.presets import QWEN3_5_35B_A3B
+from boundary.experiment.report.header import arrival_line
 from boundary.experiment.serving import LoadModel, client_delays
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads import WorkloadOptions, build_stream
@@ -101,6 +102,8 @@ def test_a_trace_with_times_is_replayed_on_them_and_says_so(tmp_path):
     arrivals = stream.provenance["arrivals"]
     assert arrivals["source"] == "recorded" and arrivals["delayed_requests"] == 1
     assert arrivals["delay_seconds"] == pytest.approx(0.1)
+    assert "recorded in the trace (`arrival_s`)" in arrival_line(arrivals)
+    assert "1 request(s) delayed, 0.100 s in all" in arrival_line(arrivals)
     again = build_stream(
         path, WorkloadOptions(family="qwen3_5", arrivals="synthesised"), COST, use_cache=False
     )
@@ -113,4 +116,7 @@ def test_a_trace_without_times_is_synthesised_and_says_so(tmp_path):
     arrivals = stream.provenance["arrivals"]
     assert arrivals["source"] == "synthesised" and arrivals["why"] == "the trace has no arrival_s"
     assert arrivals["session_starts"].startswith("Poisson")
+    assert arrival_line(arrivals).startswith(
+        "  - arrivals: synthesised (the trace has no arrival_s): Poisson"
+    )
     assert len(stream.requests) == 3

@@ -224,7 +224,7 @@ def build_stream(
         )
         timing |= {
             "source": "synthesised",
-            "why": "asked (arrivals=synthesised)"
+            "why": "asked for with --synthesise-arrivals"
             if has_times
             else "the workload records no arrival times"
             if workload in SHIPPED
