@@ -270,6 +270,10 @@ def validate(args: argparse.Namespace) -> None:
         _budget(b)
     if bool(args.load_concurrency) != bool(args.load_capacity_gib):
         raise ValueError("--load-concurrency and --load-capacity-gib go together")
+    if args.system_prompt == "head_rewrite" and args.workload == "synthetic":
+        raise ValueError(
+            "--system-prompt head_rewrite: the synthetic workload has no system prompt to rewrite"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

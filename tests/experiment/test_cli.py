@@ -117,6 +117,7 @@ def test_an_unknown_workload_or_policy_is_a_one_line_error(capsys, tmp_path):
             "chat_aware, horizon, chain_fallback, oracle)",
         ),
         (["--budget", "equal_cost"], "--budget: unknown budget mode 'equal_cost'"),
+        (["--system-prompt", "head_rewrite"], "--system-prompt head_rewrite: the synthetic workload"),
     ],
 )
 def test_options_are_validated_before_any_work_with_exit_2(options, message, capsys, monkeypatch):
