@@ -19,14 +19,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from boundary.retention_policy import SERVING_ORDER, StateKind
+from boundary.retention_policy import StateKind, serving_kind
 
 Key = Any  # vLLM's ``BlockHashWithGroupId`` (this module does not import vLLM)
-
-
-def serving_kind(kinds: tuple[StateKind, ...]) -> StateKind:
-    """The kind a hit on a state standing for ``kinds`` is credited to."""
-    return next(k for k in SERVING_ORDER if k in kinds)
 
 
 @dataclass(slots=True)
@@ -42,7 +37,9 @@ class Holder:
 
     @property
     def kind(self) -> StateKind:
-        return serving_kind(self.kinds)
+        kind = serving_kind(self.kinds)
+        assert kind is not None, self.kinds  # a holder stands for at least one kind
+        return kind
 
 
 class Ledger:

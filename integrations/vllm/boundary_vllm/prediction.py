@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
-from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide
-from boundary_vllm.decode_end import committed_end
-from boundary_vllm.retention import holds_decode_states
+from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide, may_keep_decode
+from boundary_vllm.decode_end import final_d_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,13 +110,12 @@ def predicted_hits(
                 decide(variant, boundaries, engine),
                 now=float(step),
                 run_prefill=not shape.engine_steps,
-                tentative_decode=holds_decode_states(variant, boundaries, decode_states=True),
+                tentative_decode=may_keep_decode(variant, boundaries, engine),
             ).hit.joint
         if phase == 0 and shape.engine_steps:
             model.step(rids[(si, ri)], computed, now=float(step))
         elif phase == 1:
-            end = committed_end(n, r.output_token_ids, set(r.stop_token_ids))
-            d_end = max(min(end, n + len(r.output_token_ids) - 1), n)
+            d_end = final_d_end(n, r.output_token_ids, set(r.stop_token_ids), n + len(r.output_token_ids))
             final = decide(variant, RequestBoundaries(n, r.input_end, d_end, r.round_trip, r.horizon), engine)
             model.finish(rids[(si, ri)], now=step + 0.5, decision=final)
         model.check_invariants()

@@ -54,13 +54,14 @@ from boundary.retention_policy import (
     StateKind,
     Variant,
     decide,
+    may_keep_decode,
     prompt_end_position,
     twin_position,
 )
 from boundary_vllm.compat import hash_lookahead_tokens, prefill_checkpoint_position
 from boundary_vllm.counters import MISS, UNTRACKED, CheckpointCounters
 from boundary_vllm.decode_end import request_d_end
-from boundary_vllm.ledger import Holder, Ledger, serving_kind
+from boundary_vllm.ledger import Holder, Ledger
 from boundary_vllm.pool_keys import unkey
 
 
@@ -123,16 +124,6 @@ class RequestCheckpoints:
         if self.decode and latest >= num_prompt_tokens and latest > 0:
             return (*self.block_keeps, latest)
         return self.block_keeps
-
-
-def holds_decode_states(variant: Variant, boundaries: RequestBoundaries, *, decode_states: bool) -> bool:
-    """Whether a request may keep a decode state at finish, so that its latest decode block
-    boundaries are held (keyed) while it decodes."""
-    return decode_states and (
-        variant in (Variant.DECODE_END, Variant.BOTH)
-        or (variant is Variant.CHAT_AWARE and (boundaries.round_trip or 0) > 0)
-        or (variant is Variant.HORIZON and (boundaries.horizon or 0) >= boundaries.p_end)
-    )
 
 
 class CheckpointRetention:
@@ -228,7 +219,6 @@ class CheckpointRetention:
         decision = decide(variant, boundaries, geometry)
         prefill = [k.position for k in decision.keeps if k.phase is Phase.PREFILL]
         native = self.native_positions(request.num_prompt_tokens)
-        may_decode = holds_decode_states(variant, boundaries, decode_states=decode_states)
         plan = RequestCheckpoints(
             variant,
             boundaries,
@@ -237,7 +227,7 @@ class CheckpointRetention:
             stops=tuple(p for p in prefill if p not in native),
             block_keeps=tuple(p for p in prefill if p % self.block_size == 0),
             unit_keeps=tuple(p for p in prefill if p % self.block_size),
-            decode=bool(may_decode),
+            decode=may_keep_decode(variant, boundaries, geometry),
         )
         self.plans[request.request_id] = plan
         return plan
@@ -264,14 +254,15 @@ class CheckpointRetention:
         for held in plan.decode_states.values():
             self._release(held)
         if kept and all(h.is_held() for h in kept):
-            kinds = (
-                final.at(target).kinds if target is not None and final.at(target) else (StateKind.DECODE_END,)
-            )
+            keep = final.at(target) if target is not None else None
+            kinds = keep.kinds if keep is not None else (StateKind.DECODE_END,)
             for held in kept:
                 if self.ledger.holder(held.key, held.holder.block_id) is held.holder:
                     self.ledger.keep(held.holder, kinds)
                 self.counters.record_created(
-                    serving_kind(kinds), held.group.state_bytes, new_checkpoint=held is kept[0]
+                    keep.kind if keep is not None else StateKind.DECODE_END,
+                    held.group.state_bytes,
+                    new_checkpoint=held is kept[0],
                 )
         elif kept:
             self._release(kept)
@@ -538,7 +529,7 @@ class CheckpointRetention:
         checkpoint itself counts once, on the first Mamba group."""
         holder = self.ledger.remember(key, block.block_id, kinds, group.state_bytes, counted=True)
         self.counters.record_created(
-            serving_kind(kinds), group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
+            holder.kind, group.state_bytes, new_checkpoint=group.group_id == self._first_group_id
         )
         return holder
 
