@@ -149,7 +149,7 @@ def test_unkeying_a_blocks_own_hash_promotes_its_deepest_alias_and_emits_the_rem
     assert block.block_hash == deep and pool.cached_block_hashes_by_block[block.block_id] == {shallow}
     pool.take_events()
 
-    retention._unkey(block, deep, request)
+    retention.kept.unkey(block, deep, request)
     table = pool.cached_block_hash_to_block
     assert not table.contain(deep, block.block_id) and table.contain(shallow, block.block_id)
     assert block.block_hash == shallow and block.block_hash_num_tokens == 32
@@ -158,5 +158,5 @@ def test_unkeying_a_blocks_own_hash_promotes_its_deepest_alias_and_emits_the_rem
     assert isinstance(removed, BlockRemoved)
     assert removed.block_hashes == [maybe_convert_block_hash(get_block_hash(deep))]
 
-    retention._unkey(block, shallow, request)  # the last key: the block is uncached
+    retention.kept.unkey(block, shallow, request)  # the last key: the block is uncached
     assert block.block_hash is None and not table.contain(shallow, block.block_id)

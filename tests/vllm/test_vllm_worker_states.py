@@ -68,7 +68,7 @@ def test_a_sub_block_state_keyed_one_unit_shallower_than_it_is_is_caught():
     # state that has seen one unit too many.
     run = Replay(EngineShape(block_size=16, prefix_match_unit=4, policy=Variant.INPUT_END), check_states=True)
     retention = run.scheduler.boundary_retention
-    keep = retention._keep_sub_block_state
+    keep = retention.hook._keep_sub_block_state
 
     def one_unit_shallower(group, request, position, plan):
         keep(group, request, position, plan)
@@ -78,7 +78,7 @@ def test_a_sub_block_state_keyed_one_unit_shallower_than_it_is_is_caught():
             make_block_hash_with_group_id(shallower, group.group_id), block
         )
 
-    retention._keep_sub_block_state = one_unit_shallower
+    retention.hook._keep_sub_block_state = one_unit_shallower
     run.run_all(requests(turn(11, 2), turn(11, 4)))
     assert {v.kind for v in run.states.violations} == {"rest"}
     assert all(v.found.length == v.expected.length + 4 for v in run.states.violations)

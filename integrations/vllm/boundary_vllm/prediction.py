@@ -55,14 +55,7 @@ class ModelShape:
     engine_steps: bool = False
 
 
-def predicted_hits(
-    sessions: Sequence[Sequence[Observed]],
-    variant: Variant,
-    shape: ModelShape,
-    *,
-    models: list[HybridPrefixCache] | None = None,
-) -> list[list[int]]:
-    """The model's joint hit per request, sessions as given (``models`` receives the model)."""
+def _model(shape: ModelShape) -> HybridPrefixCache:
     geometry = CacheGeometry(
         block_size=shape.block_size,
         unit=shape.unit,
@@ -71,15 +64,25 @@ def predicted_hits(
         attention_groups=shape.attention_groups,
         recurrent_groups=shape.recurrent_groups,
     )
-    engine = EngineGeometry(shape.block_size, shape.unit, exported_twin=shape.exported_twin)
-    model = HybridPrefixCache(
-        CacheConfig(
-            geometry,
-            capacity_bytes=shape.capacity_bytes,
-            engine_steps=shape.engine_steps,
-            async_lag=shape.engine_steps,
-        )
+    config = CacheConfig(
+        geometry,
+        capacity_bytes=shape.capacity_bytes,
+        engine_steps=shape.engine_steps,
+        async_lag=shape.engine_steps,
     )
+    return HybridPrefixCache(config)
+
+
+def predicted_hits(
+    sessions: Sequence[Sequence[Observed]],
+    variant: Variant,
+    shape: ModelShape,
+    *,
+    models: list[HybridPrefixCache] | None = None,
+) -> list[list[int]]:
+    """The model's joint hit per request, sessions as given (``models`` receives the model)."""
+    engine = EngineGeometry(shape.block_size, shape.unit, exported_twin=shape.exported_twin)
+    model = _model(shape)
     if models is not None:
         models.append(model)
     hasher = PrefixHasher(shape.unit)

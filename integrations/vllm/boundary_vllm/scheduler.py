@@ -43,8 +43,9 @@ from boundary_vllm.counters import CheckpointCounters, PrometheusExport
 from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability, final_d_end
 from boundary_vllm.engine_checks import EngineFacts, check_engine
 from boundary_vllm.hints import SESSION_KEY, CheckpointHints, HintStatus, decode_hints
+from boundary_vllm.ledger import RequestCheckpoints
 from boundary_vllm.recording import FinishedRequest, TraceRecorder, recorder_from
-from boundary_vllm.retention import CheckpointRetention, RequestCheckpoints, install
+from boundary_vllm.retention import CheckpointRetention, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
 from boundary_vllm.settings import IntegrationSettings, read_settings
 
