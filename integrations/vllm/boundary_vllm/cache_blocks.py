@@ -122,13 +122,7 @@ class CacheBlocksHook:
         blocks = manager.req_to_blocks[request.request_id]
         if index >= len(blocks) or blocks[index].is_null or blocks[index].block_hash_num_tokens == position:
             return
-        key = manager.block_pool.cache_partial_block(
-            request=request,
-            block=blocks[index],
-            num_tokens=position,
-            kv_cache_group_id=group.group_id,
-            block_size=self.block_size,
-        )
+        key = self._key_partial(request, blocks[index], position, group.group_id)
         if key is None:
             return
         manager.cached_blocks_this_step.add(key)
@@ -165,13 +159,20 @@ class CacheBlocksHook:
                 request.block_hashes[position // self.hash_block_size - 1], group_id
             )
             if not manager.block_pool.cached_block_hash_to_block.contain(key, blocks[index].block_id):
-                manager.block_pool.cache_partial_block(
-                    request=request,
-                    block=blocks[index],
-                    num_tokens=position,
-                    kv_cache_group_id=group_id,
-                    block_size=self.block_size,
-                )
+                self._key_partial(request, blocks[index], position, group_id)
+
+    def _key_partial(
+        self, request: Request, block: KVCacheBlock, position: int, group_id: int
+    ) -> BlockHashWithGroupId | None:
+        """Key ``block`` as a partial entry for ``tokens[:position]`` (vLLM's own sub-block path;
+        the pool is shared by every group); the key, or None where vLLM declines."""
+        return self.pool.cache_partial_block(
+            request=request,
+            block=block,
+            num_tokens=position,
+            kv_cache_group_id=group_id,
+            block_size=self.block_size,
+        )
 
     def _block_end(self, position: int, alignment: int) -> int:
         """The end of the state block ``reachable_block_mask`` keeps for a boundary at ``position``."""
