@@ -74,6 +74,8 @@ class CacheBlocksHook:
                 upstream = manager.cache_blocks
                 manager.cache_blocks = functools.partial(self.cache_attention_blocks, gid, manager, upstream)
 
+    # ``cache_blocks`` and ``cache_attention_blocks`` both end in vLLM's ``cache_blocks`` signature
+    # (alike by design: each replaces a manager's own, after its bound arguments).
     def cache_blocks(
         self,
         group: MambaGroup,
