@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
-from boundary_vllm.settings import Policy
 from boundary_vllm.workload import conversation_turns, with_reasoning
 
 import boundary
 from boundary.datasets import tau_bench_airline
+from boundary.retention_policy import Variant
 
 
 def sessions(conversations: int, messages: int) -> list[list[ReplayRequest]]:
@@ -42,7 +42,7 @@ def one_round(stream: list[list[ReplayRequest]], directory: Path) -> list[int]:
     shape = EngineShape(
         block_size=528,
         prefix_match_unit=16,
-        policy=Policy.BOTH,
+        policy=Variant.BOTH,
         async_scheduling=True,
         settings={"record_path": str(directory / "recorded.jsonl")},
     )

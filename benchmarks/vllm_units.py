@@ -19,12 +19,12 @@ import argparse
 import time
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
-from boundary_vllm.settings import Policy
 from boundary_vllm.workload import Turn, conversation_turns, with_reasoning
 
 import boundary
 from boundary.datasets import tau_bench_airline
 from boundary.prefixes import common_prefix_length
+from boundary.retention_policy import Variant
 
 
 def session(turns: list[Turn]) -> list[ReplayRequest]:
@@ -66,13 +66,13 @@ def main() -> None:
     requests = sum(len(s) for s in sessions)
     prompt_tokens = sum(len(r.prompt_token_ids) for s in sessions for r in s)
     print(f"{len(sessions)} sessions, {requests} requests, {prompt_tokens:,} prompt tokens")
-    header = "| block | unit | upstream | " + " | ".join(p.value for p in Policy) + " |"
+    header = "| block | unit | upstream | " + " | ".join(p.value for p in Variant) + " |"
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     started = time.perf_counter()
     for block, unit in (map(int, g.split(":")) for g in args.geometries.split(",")):
         cells = []
-        for plugin, policy in [(False, Policy.MAIN_SPARSE), *((True, p) for p in Policy)]:
+        for plugin, policy in [(False, Variant.MAIN_SPARSE), *((True, p) for p in Variant)]:
             shape = EngineShape(
                 block_size=block, prefix_match_unit=unit, policy=policy, plugin=plugin, async_scheduling=True
             )

@@ -46,11 +46,15 @@ one (``check_phases`` states the invariant; the tests hold it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 
 class Variant(StrEnum):
+    """The policies, by the one name each goes by: the plugin's ``policy`` setting, the
+    experiment's ``--policies`` values and report columns are these values."""
+
     MAIN_SPARSE = "main_sparse"
     INPUT_END = "input_end"
     DECODE_END = "decode_end"
@@ -94,6 +98,14 @@ SERVING_ORDER = (
     StateKind.REACTIVE,
     StateKind.PROMPT_END_BLOCK,
 )
+
+
+def serving_kind(kinds: Iterable[str]) -> StateKind | None:
+    """The kind a hit on a state standing for ``kinds`` is credited to: the first of them in
+    ``SERVING_ORDER`` (None: none of them is a ``StateKind``). The one rule for the plugin's
+    ledger, the cache model's entries and ``Keep.kind``."""
+    present = set(kinds)
+    return next((k for k in SERVING_ORDER if k in present), None)
 
 
 class DecodeStates(StrEnum):
@@ -165,7 +177,9 @@ class Keep:
 
     @property
     def kind(self) -> StateKind:
-        return next(k for k in SERVING_ORDER if k in self.kinds)
+        kind = serving_kind(self.kinds)
+        assert kind is not None, self.kinds  # kinds is never empty
+        return kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +199,13 @@ class Decision:
 def capped_d_end(committed_end: int, num_tokens: int, p_end: int) -> int:
     """D_end as a finished request can keep it: its committed end (trailing stop tokens
     excluded), capped at ``num_tokens - 1`` (the last sampled token was never fed to the model,
-    so no state covers it), never before P_end. The one rule for every executor and recorder."""
+    so no state covers it), never before P_end. The one rule for every executor and recorder:
+    the experiment's stream requests, the plugin's finish hook and its recorded trace.
+
+    The floor at P_end is what keeps ``RequestBoundaries`` valid: a request that computed no
+    output (``num_tokens == p_end``, an abort before its first token) would otherwise get
+    ``D_end = P_end - 1``, before P_end. Output tokens the engine never fed back have no state,
+    so a committed end past ``num_tokens - 1`` is never kept as such."""
     return max(min(committed_end, num_tokens - 1), p_end)
 
 
@@ -350,6 +370,25 @@ def decide(
     if geometry.upstream_twin:
         keep(upstream_position(request.p_end, geometry), StateKind.PROMPT_END_BLOCK, Phase.PREFILL)
     return Decision(tuple(Keep(p, tuple(k), phase) for p, (k, phase) in sorted(kinds.items())))
+
+
+# A D_end deeper than any request reaches: the probe ``may_keep_decode`` decides at.
+_DEEPEST = 1 << 62
+
+
+def may_keep_decode(
+    variant: Variant | SessionVariant | str, request: RequestBoundaries, geometry: EngineGeometry
+) -> bool:
+    """Whether ``request``'s finish decision may keep an output-side state, asked at admission
+    (D_end unknown): an executor then holds the decode states it crosses until finish.
+
+    Derived from ``decide`` itself, at the deepest D_end: every variant's decode keep is
+    monotone in D_end (a deeper D_end materializes at least as deep and is worth at least as
+    much), so if any D_end keeps one, the deepest does (the tests hold it). Over-answering costs
+    a tentative hold released at finish; under-answering would lose the state the decision keeps.
+    """
+    probe = replace(request, d_end=max(_DEEPEST, request.p_end))
+    return any(k.phase is Phase.DECODE for k in decide(variant, probe, geometry).keeps)
 
 
 def _chain_fallback(b: RequestBoundaries, g: EngineGeometry) -> Decision:

@@ -25,6 +25,7 @@ from boundary.trace import TokenOutput, TraceRequest
 
 
 def stop_ids(family: Family) -> set[int]:
+    """The ids of the family's stop tokens in its vocabulary (the audit's and the experiment's)."""
     out = set()
     for token in family.spec.stop_tokens:
         tid = family.tokenizer.token_to_id(token)

@@ -53,6 +53,8 @@ class RecurrentState:
     def bytes(self) -> int:
         return self.conv_elements * self.conv_dtype_bytes + self.temporal_elements * self.temporal_dtype_bytes
 
+    # The two constructors mirror vLLM's ``MambaStateShapeCalculator`` one for one (alike by
+    # design: each is checked against its vLLM counterpart); ``_shaped`` holds what they share.
     @classmethod
     def gated_delta_net(
         cls,

@@ -18,7 +18,7 @@ from boundary.cache.lookup import Hit
 from boundary.cache.memory import Entry
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import PlannedState, RetentionPlan
-from boundary.retention_policy import SERVING_ORDER, Decision
+from boundary.retention_policy import Decision, serving_kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +109,5 @@ class CacheStats:
 
 def primary_kind(state: Entry) -> str:
     """The kind a state is counted under: its first label in serving order."""
-    for kind in SERVING_ORDER:
-        if kind.value in state.labels:
-            return kind.value
-    return state.labels[0] if state.labels else "unlabelled"
+    kind = serving_kind(state.labels)
+    return kind.value if kind is not None else state.labels[0] if state.labels else "unlabelled"

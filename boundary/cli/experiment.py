@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from boundary.cli.options import template_kwargs
+from boundary.retention_policy import Variant
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from boundary.experiment.workloads import WorkloadOptions
 
 BUDGETS = "equal_capacity,equal_checkpoint_budget"
-POLICIES = "main_sparse,input_end,decode_end,both,chat_aware,horizon,oracle"
+POLICIES = ",".join((*(v.value for v in Variant), "oracle"))  # every engine policy, then the oracle
 
 
 def _csv(text: str) -> list[str]:

@@ -9,6 +9,8 @@ import json
 from typing import Any
 
 
+# Alike in shape to the request models' JSON-object check of tool-call arguments, by design: the
+# two report in their own terms (an option's column here, a message field's char there).
 def template_kwargs(text: str) -> dict[str, Any]:
     """``--template-kwargs``: a JSON object of template variables."""
     try:

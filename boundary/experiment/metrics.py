@@ -156,8 +156,7 @@ def _engine(run: Run, disaggregated: Run | None) -> dict[str, Any]:
     return {
         "snapshot_bytes": sum(run.stats.created.values()) * g.state_bytes,
         "materialization_bytes": plan.materialization_bytes(run),
-        "extra_scheduler_steps": sum(r.forced_splits for r in recs),
-        "forced_scheduler_splits": sum(r.forced_splits for r in recs),
+        "forced_scheduler_splits": sum(r.forced_splits for r in recs),  # each one an extra scheduler step
         "duplicate_candidates": sum(r.collapsed for r in recs),
         "candidates_on_twin": sum(r.on_twin for r in recs),
         "junctions_on_kept_states": sum(r.junction_on_kept for r in recs),

@@ -18,16 +18,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from boundary import retention_policy
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.retention_policy import (
     Decision,
     EngineGeometry,
-    Phase,
     RequestBoundaries,
     SessionVariant,
     Variant,
     capped_d_end,
     decide,
+    may_keep_decode,
 )
 
 ORACLE = "oracle"
@@ -77,14 +78,17 @@ class RetentionPolicy:
 
 
 def keeps_decode(policy: RetentionPolicy, request: StreamRequest, geometry: EngineGeometry) -> bool:
-    """Whether ``request``'s finish decision keeps an output-side state: under the page-by-page
-    pool (``engine_steps``) its decode boundaries then stay keyed until finish, as the plugin's
-    tentative hold keeps them."""
-    return any(k.phase is Phase.DECODE for k in policy.finish(request, geometry).keeps)
+    """Whether ``request``'s decode boundaries stay keyed until finish under the page-by-page pool
+    (``engine_steps``): ``retention_policy.may_keep_decode`` asked at admission, the rule the
+    plugin's tentative hold follows (D_end is not known before finish)."""
+    return may_keep_decode(
+        policy.variant, boundaries(request, finished=False, predictor=policy.predictor), geometry
+    )
 
 
-PHASE_ONE = ("main_sparse", "input_end", "decode_end", "both")
-POLICIES = (*PHASE_ONE, "chat_aware", "horizon")
+# The names are ``Variant``'s values (one enum names every policy, here, in the CLI and in the plugin).
+PHASE_ONE = tuple(v.value for v in retention_policy.PHASE_ONE)
+POLICIES = tuple(v.value for v in Variant)
 # Experiment-only variants (``SessionVariant``: the vLLM plugin cannot hold a state across a
 # session's requests); run only when ``--policies`` names them.
 SESSION_POLICIES = tuple(v.value for v in SessionVariant)

@@ -42,6 +42,8 @@ from boundary.cache.accounting import ModelDescription, RecurrentState
 
 BF16, FP32 = 2, 4
 
+# Deliberately alike: each preset spells out one model card's config field by field (data, not
+# logic), so a reader checks it against its source without following a shared default.
 QWEN3_5_35B_A3B = ModelDescription(
     name="Qwen3.5-35B-A3B",
     num_layers=40,

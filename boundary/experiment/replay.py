@@ -22,12 +22,13 @@ from boundary.cache.accounting import CacheGeometry
 from boundary.cache.hybrid import Admission, CacheConfig, CacheStats, HybridPrefixCache
 from boundary.cache.memory import Entry
 from boundary.cache.oracle import OracleCache
+from boundary.cache.records import primary_kind
 from boundary.cache.request import CacheRequest
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.pins import SessionPins
 from boundary.experiment.policies import RetentionPolicy, keeps_decode
 from boundary.experiment.stream import Stream, StreamRequest
-from boundary.retention_policy import SERVING_ORDER, EngineGeometry, prompt_end_position
+from boundary.retention_policy import EngineGeometry, prompt_end_position
 
 
 class BudgetMode(StrEnum):
@@ -178,12 +179,8 @@ def replay_oracle(
 
 
 def serving_kind(state: Entry | None) -> str | None:
-    if state is None:
-        return None
-    for kind in SERVING_ORDER:
-        if kind.value in state.labels:
-            return kind.value
-    return state.labels[0] if state.labels else None
+    """The kind a hit on ``state`` is credited to (``records.primary_kind``; None: no label)."""
+    return None if state is None or not state.labels else primary_kind(state)
 
 
 def replay(

@@ -150,6 +150,8 @@ def serve(
     )
 
 
+# ``_Simulation.__init__`` takes ``serve``'s parameters one for one (alike by design: ``serve`` is
+# the public signature, the simulation its state).
 class _Simulation:
     """The event loop: ``(time, kind, seq, payload)``, kind 0 a replica's step end, 1 an
     arrival, 2 an idle replica's next step: on ties step ends first (a finished request's slot

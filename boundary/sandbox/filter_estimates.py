@@ -132,21 +132,24 @@ def _est_sort(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate
     return n * SLOT, n * SLOT + keys, n
 
 
-def _est_unique(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
+def _items_and_keys(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> tuple[int, int]:
+    """``unique`` / ``min`` / ``max``: how many items, and the key chars a case-insensitive
+    comparison builds (``case_sensitive`` and ``attribute`` are their 2nd and 3rd arguments)."""
     value = args[0] = env.materialized(args[0])
     n = length_or_none(value) or 0
     keys = 0
     if not param(args, kwargs, 1, "case_sensitive", False):
         keys = env.key_chars(value, param(args, kwargs, 2, "attribute"))
+    return n, keys
+
+
+def _est_unique(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
+    n, keys = _items_and_keys(env, args, kwargs)
     return n * SLOT, 4 * n * SLOT + keys, n
 
 
 def _est_min_max(env: Sandbox, args: list[Any], kwargs: dict[str, Any]) -> Estimate:
-    value = args[0] = env.materialized(args[0])
-    n = length_or_none(value) or 0
-    keys = 0
-    if not param(args, kwargs, 1, "case_sensitive", False):
-        keys = env.key_chars(value, param(args, kwargs, 2, "attribute"))
+    n, keys = _items_and_keys(env, args, kwargs)
     return 0, keys, n
 
 

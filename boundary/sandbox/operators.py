@@ -25,12 +25,8 @@ class OperatorsMixin(SandboxBase):
         here)."""
         if type(left) is str and type(right) is str:  # the common case, checked inline
             size = len(left) + len(right)
-            if size >= SMALL:
-                if size > self._cap:
-                    raise self._too_big("'+'", size)
-                deadline = ACTIVE_DEADLINE.get()
-                if deadline is not None:
-                    deadline.charge(size)
+            if size >= SMALL:  # below it nothing is checked: the common case stays inline
+                self._charge_concatenation(size)
             return left + right
         if type(left) is int:
             small = self._small_int
@@ -60,15 +56,19 @@ class OperatorsMixin(SandboxBase):
             size += len(right)
         if size >= 0:
             if size >= SMALL:
-                if size > self._cap:
-                    raise self._too_big("'+'", size)
-                deadline = ACTIVE_DEADLINE.get()
-                if deadline is not None:
-                    deadline.charge(size)
+                self._charge_concatenation(size)
             return left + "".join(rights)
         for right in rights:
             left = self._checked_add(left, right)
         return left
+
+    def _charge_concatenation(self, size: int) -> None:
+        """A string ``+`` of ``size`` chars: refused over the cap, else charged to the deadline."""
+        if size > self._cap:
+            raise self._too_big("'+'", size)
+        deadline = ACTIVE_DEADLINE.get()
+        if deadline is not None:
+            deadline.charge(size)
 
     def checked_concat(self, parts: tuple[Any, ...]) -> str:
         """``~``: ``"".join(map(str, parts))`` (jinja2's ``str_join``), refused before it is

@@ -25,6 +25,8 @@ def raise_exception(message: str) -> None:
     raise TemplateRaised(message)
 
 
+# The signature mirrors transformers' ``tojson`` (and ``filters.checked_tojson`` repeats it, as
+# the checked version of this one must take the same arguments).
 def tojson(
     x: Any,
     ensure_ascii: bool = False,

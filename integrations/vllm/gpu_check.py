@@ -69,6 +69,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 STREAM = HERE / "gpu_check_stream.json.gz"
+# ``boundary.retention_policy.PHASE_ONE``'s names, spelled out so the script reads without boundary
+# imported (tests/vllm/test_vllm_gpu_check.py holds them equal).
 POLICIES = ("main_sparse", "input_end", "decode_end", "both")
 SLICE = {"conversations": list(range(6)), "messages": 14}
 
@@ -111,11 +113,11 @@ TINY = {
 def prepare(path: Path = STREAM) -> dict[str, Any]:
     """Render the slice and record each request's joint hit per policy from vLLM's replay."""
     from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
-    from boundary_vllm.settings import Policy
     from boundary_vllm.workload import conversation_turns, with_reasoning
 
     import boundary
     from boundary.datasets import tau_bench_airline
+    from boundary.retention_policy import Variant
 
     family = boundary.load_family("qwen3_5")
     conversations = tau_bench_airline()
@@ -139,7 +141,7 @@ def prepare(path: Path = STREAM) -> dict[str, Any]:
         ReplayRequest(tuple(r["prompt"]), tuple(r["output"]), r["input_end"], (r["stop"],)) for r in records
     ]
     block = 16
-    for policy in Policy:
+    for policy in Variant:
         outcomes = Replay(EngineShape(block_size=block, policy=policy)).run_all(requests)
         for record, outcome in zip(records, outcomes, strict=True):
             record["hits"][policy.value] = {"tokens": outcome.hit_tokens, "kind": outcome.hit_kind}

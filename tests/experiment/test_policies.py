@@ -8,22 +8,26 @@ unit 144).
 from __future__ import annotations
 
 from array import array
+from dataclasses import replace
 
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from boundary.experiment.policies import boundaries, policy
+from boundary.experiment import policies
+from boundary.experiment.policies import boundaries, keeps_decode, policy
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.retention_policy import (
     DecodeStates,
     EngineGeometry,
     Phase,
     RequestBoundaries,
+    SessionVariant,
     Variant,
     capped_d_end,
     check_phases,
     decide,
+    may_keep_decode,
 )
 
 G = EngineGeometry(block_size=64, unit=16)
@@ -220,3 +224,60 @@ def test_d_end_is_capped_at_the_last_computed_token_and_never_before_p_end():
     assert capped_d_end(150, 150, 95) == 149  # length-capped: the last sampled token has no state
     assert capped_d_end(95, 96, 95) == 95
     assert capped_d_end(96, 96, 95) == 95  # one sampled token, never fed back: P_end
+
+
+@given(
+    p_end=st.integers(1, 3000),
+    u_back=st.integers(0, 3000),
+    outputs=st.tuples(st.integers(0, 3000), st.integers(0, 3000)),
+    round_trip=st.sampled_from([None, 0.0, 0.5, 1.0]),
+    horizon=st.one_of(st.none(), st.integers(0, 7000)),
+    block=st.sampled_from([64, 528]),
+    unit=st.sampled_from([1, 16]),
+    states=st.sampled_from(list(DecodeStates)),
+    twin=st.booleans(),
+    variant=st.sampled_from([*Variant, *SessionVariant]),
+)
+def test_may_keep_decode_says_yes_whenever_some_d_end_keeps_a_decode_state(
+    p_end, u_back, outputs, round_trip, horizon, block, unit, states, twin, variant
+):
+    """The admission-time answer holds for every D_end the finish decision may see: decisions
+    keep a decode state monotonically in D_end, and ``may_keep_decode`` never says no to one."""
+    g = EngineGeometry(block, unit, states, twin)
+    b = RequestBoundaries(p_end, max(p_end - u_back, 0), None, round_trip, horizon, user_turn=True)
+
+    def keeps_at(d_end: int) -> bool:
+        return any(k.phase is Phase.DECODE for k in decide(variant, replace(b, d_end=d_end), g).keeps)
+
+    shallow, deep = (keeps_at(p_end + o) for o in sorted(outputs))
+    assert deep or not shallow  # a deeper D_end never loses the decode keep
+    if shallow or deep:
+        assert may_keep_decode(variant, b, g)
+    if states is DecodeStates.NONE or variant in (Variant.MAIN_SPARSE, Variant.INPUT_END):
+        assert not may_keep_decode(variant, b, g)
+
+
+def test_chat_aware_without_a_verdict_still_holds_decode_states_where_finish_falls_back_to_d_end():
+    """U_end = 70 lands on the twin (64, certainly reused): no prompt state adds anything, so at
+    finish the one state goes to D_end (149 -> 128) although the verdict is 0."""
+    b = RequestBoundaries(p_end=95, u_end=70, round_trip=0.0)
+    assert kept("chat_aware", replace(b, d_end=149)) == [(64, ("prompt_end_block",)), (128, ("decode_end",))]
+    assert may_keep_decode("chat_aware", b, G)
+    assert not may_keep_decode("chat_aware", RequestBoundaries(p_end=95, u_end=90, round_trip=0.0), G)
+    assert not may_keep_decode("horizon", replace(b, horizon=94), G)
+    assert may_keep_decode("horizon", replace(b, horizon=200), G)
+
+
+def test_the_experiment_holds_decode_states_by_the_admission_time_rule():
+    r = stream_request(u_end=70, round_trip=False)
+    assert keeps_decode(policy("chat_aware"), r, G) is may_keep_decode(
+        "chat_aware", boundaries(r, finished=False), G
+    )
+    assert keeps_decode(policy("chat_aware"), r, G)
+    assert not keeps_decode(policy("input_end"), r, G)
+
+
+def test_the_experiments_policy_names_are_the_variants_values():
+    assert tuple(v.value for v in Variant) == policies.POLICIES
+    assert policies.PHASE_ONE == ("main_sparse", "input_end", "decode_end", "both")
+    assert all(policy(name).variant is Variant(name) for name in policies.POLICIES)

@@ -13,10 +13,10 @@ pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test a
 from boundary_vllm.engine_checks import ConfigurationError
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
-from boundary_vllm.settings import Policy
 from vllm.config import SpeculativeConfig
 from vllm.v1.structured_output import StructuredOutputManager
 
+from boundary.retention_policy import Variant
 from tests.vllm.streams import turn
 
 pytestmark = pytest.mark.vllm
@@ -96,7 +96,7 @@ def test_a_prefix_match_unit_equal_to_the_block_is_warned_about(warnings):
 
 
 def test_rejected_hints_are_logged_once_per_reason_and_all_counted(warnings):
-    run = Replay(EngineShape(policy=Policy.BOTH))
+    run = Replay(EngineShape(policy=Variant.BOTH))
     a = turn(11, 2)
     for shift in (3, 7, 11):  # three re-rendered prompts: one reason, three requests
         request = run.request(ReplayRequest.from_turn(a))
@@ -114,7 +114,7 @@ def test_rejected_hints_are_logged_once_per_reason_and_all_counted(warnings):
 def test_the_metrics_carry_vllms_model_name_and_engine_labels():
     from prometheus_client import REGISTRY
 
-    run = Replay(EngineShape(policy=Policy.INPUT_END))
+    run = Replay(EngineShape(policy=Variant.INPUT_END))
     run.run_all([ReplayRequest.from_turn(turn(11, 2)), ReplayRequest.from_turn(turn(11, 4))])
     run.counters  # noqa: B018  (a report pushes the latest counts)
     labels = run.scheduler.boundary_metric_labels

@@ -111,12 +111,14 @@ def test_the_replay_behind_the_streams_hits_gives_the_hits_worked_out_by_hand(gp
     """The hits in the stream come from this replay (``gpu_check.prepare``: block 16, one fresh
     engine per policy, the stop token as the only stop id)."""
     from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
-    from boundary_vllm.settings import Policy
+
+    from boundary.retention_policy import PHASE_ONE, Variant
 
     requests = [ReplayRequest(p, o, u, (7,)) for p, o, u in HAND_STREAM]
     assert set(HAND_HITS) == set(gpu_check.POLICIES)
+    assert tuple(v.value for v in PHASE_ONE) == gpu_check.POLICIES  # the policy module's names
     for policy, expected in HAND_HITS.items():
-        outcomes = Replay(EngineShape(block_size=16, policy=Policy(policy))).run_all(requests)
+        outcomes = Replay(EngineShape(block_size=16, policy=Variant(policy))).run_all(requests)
         assert [o.hit_tokens for o in outcomes] == expected, policy
 
 

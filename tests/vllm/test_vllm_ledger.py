@@ -11,10 +11,10 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
-from boundary_vllm.settings import Policy
 from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id, maybe_convert_block_hash
 
+from boundary.retention_policy import Variant
 from tests.vllm.streams import BLOCK, turn, turns
 
 pytestmark = pytest.mark.vllm
@@ -53,12 +53,12 @@ def pool_keys(run: Replay) -> set[tuple[object, int]]:
     return {(maybe_convert_block_hash(get_block_hash(k)), get_group_id(k)) for k in table}
 
 
-def evented_run(policy: Policy | None) -> tuple[Replay, CapturedEvents]:
+def evented_run(policy: Variant | None) -> tuple[Replay, CapturedEvents]:
     shape = EngineShape(
         block_size=528,
         prefix_match_unit=16,
         plugin=policy is not None,
-        policy=policy or Policy.BOTH,
+        policy=policy or Variant.BOTH,
         async_scheduling=True,
         kv_events=True,
     )
@@ -71,7 +71,7 @@ def evented_run(policy: Policy | None) -> tuple[Replay, CapturedEvents]:
     return run, captured
 
 
-@pytest.mark.parametrize("policy", [None, *Policy], ids=lambda p: "upstream" if p is None else p.value)
+@pytest.mark.parametrize("policy", [None, *Variant], ids=lambda p: "upstream" if p is None else p.value)
 def test_a_router_reading_the_kv_events_holds_exactly_the_pool_keys(policy):
     run, captured = evented_run(policy)
     held = pool_keys(run)
@@ -84,7 +84,7 @@ def test_a_router_reading_the_kv_events_holds_exactly_the_pool_keys(policy):
 def test_reset_prefix_cache_empties_the_ledger_and_the_retained_bytes():
     from prometheus_client import REGISTRY
 
-    run, captured = evented_run(Policy.BOTH)
+    run, captured = evented_run(Variant.BOTH)
     retention = run.scheduler.boundary_retention
     assert sum(retention.retained_bytes().values()) > 0 and len(retention.ledger) > 0
     labels = run.scheduler.boundary_metric_labels
@@ -116,7 +116,7 @@ def test_a_state_kept_by_one_request_survives_another_releasing_the_same_key():
     a, c = turn(11, 4), turn(11, 6)
     first = ReplayRequest.from_turn(a)
     d_end = len(a.tokens) - 1
-    run = Replay(EngineShape(policy=Policy.DECODE_END))
+    run = Replay(EngineShape(policy=Variant.DECODE_END))
     outcomes = run.run_all([first, longer(first, 4 * BLOCK), ReplayRequest.from_turn(c)])
     assert outcomes[2].hit_tokens == d_end // BLOCK * BLOCK
     assert outcomes[2].hit_kind == "decode_end"  # attributed, not "untracked"
@@ -126,7 +126,7 @@ def test_a_state_kept_by_one_request_survives_another_releasing_the_same_key():
 def test_identical_requests_in_flight_each_hold_their_own_state():
     a = turn(11, 4)
     same = ReplayRequest.from_turn(a)
-    run = Replay(EngineShape(policy=Policy.DECODE_END, async_scheduling=True))
+    run = Replay(EngineShape(policy=Variant.DECODE_END, async_scheduling=True))
     run.run_sessions([[same], [same]], concurrency=2)
     retention = run.scheduler.boundary_retention
     retention.check_invariants()
@@ -149,7 +149,7 @@ def test_unkeying_a_blocks_own_hash_promotes_its_deepest_alias_and_emits_the_rem
     assert block.block_hash == deep and pool.cached_block_hashes_by_block[block.block_id] == {shallow}
     pool.take_events()
 
-    retention._unkey(block, deep, request)
+    retention.kept.unkey(block, deep, request)
     table = pool.cached_block_hash_to_block
     assert not table.contain(deep, block.block_id) and table.contain(shallow, block.block_id)
     assert block.block_hash == shallow and block.block_hash_num_tokens == 32
@@ -158,5 +158,5 @@ def test_unkeying_a_blocks_own_hash_promotes_its_deepest_alias_and_emits_the_rem
     assert isinstance(removed, BlockRemoved)
     assert removed.block_hashes == [maybe_convert_block_hash(get_block_hash(deep))]
 
-    retention._unkey(block, shallow, request)  # the last key: the block is uncached
+    retention.kept.unkey(block, shallow, request)  # the last key: the block is uncached
     assert block.block_hash is None and not table.contain(shallow, block.block_id)

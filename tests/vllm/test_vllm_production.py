@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
-from boundary_vllm.settings import Policy
 
+from boundary.retention_policy import Variant
 from tests.vllm.streams import turn, turns
 
 pytestmark = pytest.mark.vllm
@@ -33,7 +33,7 @@ def test_at_the_block_unit_input_end_costs_no_chunk_where_it_lands_on_p_end(expo
         requests(*EIGHT), EngineShape(block_size=528, plugin=False, exported_checkpoints=exported)
     )
     plugin = replay(
-        requests(*EIGHT), EngineShape(block_size=528, policy=Policy.INPUT_END, exported_checkpoints=exported)
+        requests(*EIGHT), EngineShape(block_size=528, policy=Variant.INPUT_END, exported_checkpoints=exported)
     )
     same_block = [t.prompt.u_end // 528 == (t.prompt.p_end - 1) // 528 for t in EIGHT]
     for t, up, mine, same in zip(EIGHT, upstream, plugin, same_block, strict=True):
@@ -45,11 +45,11 @@ def test_at_the_block_unit_input_end_costs_no_chunk_where_it_lands_on_p_end(expo
 def test_with_exported_checkpoints_a_split_is_forced_only_where_a_kept_state_needs_one():
     shape = dict(block_size=528, prefix_match_unit=16, exported_checkpoints=True)
     upstream = replay(requests(*EIGHT), EngineShape(plugin=False, **shape))
-    same = replay(requests(*EIGHT), EngineShape(policy=Policy.MAIN_SPARSE, **shape))  # P_end: exported
+    same = replay(requests(*EIGHT), EngineShape(policy=Variant.MAIN_SPARSE, **shape))  # P_end: exported
     assert [(o.hit_tokens, o.prefill_chunks) for o in same] == [
         (o.hit_tokens, o.prefill_chunks) for o in upstream
     ]
-    run = Replay(EngineShape(policy=Policy.INPUT_END, **shape))
+    run = Replay(EngineShape(policy=Variant.INPUT_END, **shape))
     outcomes = run.run_all(requests(*EIGHT))
     needed = sum(
         t.prompt.u_end // 16 * 16 not in {(t.prompt.p_end - 1) // 16 * 16, (t.prompt.p_end - 1) // 528 * 528}
@@ -62,7 +62,7 @@ def test_with_exported_checkpoints_a_split_is_forced_only_where_a_kept_state_nee
 
 
 def test_under_eviction_the_ledger_is_pruned_and_retained_bytes_match_the_pool():
-    run = Replay(EngineShape(block_size=16, num_blocks=900, policy=Policy.BOTH))
+    run = Replay(EngineShape(block_size=16, num_blocks=900, policy=Variant.BOTH))
     run.run_all(requests(*turns(11), *turns(0), *turns(5)))
     retention = run.scheduler.boundary_retention
     pool = retention.pool.cached_block_hash_to_block
@@ -80,7 +80,7 @@ def test_under_eviction_the_ledger_is_pruned_and_retained_bytes_match_the_pool()
 
 def test_tentative_decode_states_are_not_offered_to_connectors():
     a = turn(11, 4)
-    run = Replay(EngineShape(block_size=16, policy=Policy.DECODE_END))
+    run = Replay(EngineShape(block_size=16, policy=Variant.DECODE_END))
     offered: list[int] = []
     for group in run.scheduler.boundary_retention.groups:
         manager = group.manager

@@ -16,13 +16,12 @@ pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test a
 
 from boundary_vllm.recording import FinishedRequest, RecordLimits, TraceRecorder, recorder_from
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
-from boundary_vllm.settings import Policy
 
 from boundary.audit.production import stop_ids
 from boundary.audit.runner import AuditSettings, audit_requests
 from boundary.cli.main import main as boundary_main
 from boundary.prefixes import common_prefix_length
-from boundary.retention_policy import capped_d_end
+from boundary.retention_policy import Variant, capped_d_end
 from boundary.trace import TraceRequest, read_trace, sessions
 from tests.support import family
 from tests.vllm.streams import turns
@@ -54,7 +53,7 @@ def recorded(tmp_path_factory):
     shape = EngineShape(
         block_size=16,
         prefix_match_unit=4,
-        policy=Policy.BOTH,
+        policy=Variant.BOTH,
         async_scheduling=True,
         settings={"record_path": str(path)},
     )
@@ -159,7 +158,7 @@ def test_a_length_capped_request_records_the_d_end_its_retention_decided_with(tm
     capped = dataclasses.replace(
         ReplayRequest.from_turn(t), output_token_ids=tuple(t.output.token_ids[:-1]), stop_token_ids=()
     )
-    run = Replay(EngineShape(block_size=16, policy=Policy.BOTH, settings={"record_path": str(path)}))
+    run = Replay(EngineShape(block_size=16, policy=Variant.BOTH, settings={"record_path": str(path)}))
     run.run(capped)
     run.scheduler.shutdown()
     (record,) = read_trace(path)

@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
-from boundary_vllm.settings import Policy
 
+from boundary.retention_policy import Variant
 from tests.vllm.streams import BLOCK, shared, turn, turns, validated_prefix
 
 pytestmark = pytest.mark.vllm
@@ -24,7 +24,7 @@ UPSTREAM = EngineShape(plugin=False)
 FINE_UPSTREAM = EngineShape(plugin=False, prefix_match_unit=4)
 
 
-def shape(policy: Policy, **kw) -> EngineShape:
+def shape(policy: Variant, **kw) -> EngineShape:
     return EngineShape(policy=policy, **kw)
 
 
@@ -45,7 +45,7 @@ def test_first_continuation_after_a_reasoning_turn_hits_at_u_end_with_the_plugin
     assert a.prompt.u_end <= common < p_end_state  # the reasoning is dropped: P_end is not a prefix
 
     assert hits(replay(requests(a, b), UPSTREAM)) == [0, 0]
-    outcomes = replay(requests(a, b), shape(Policy.INPUT_END))
+    outcomes = replay(requests(a, b), shape(Variant.INPUT_END))
     assert hits(outcomes) == [0, a.prompt.u_end // BLOCK * BLOCK]
     assert outcomes[1].hit_kind == "input_end"
 
@@ -53,7 +53,7 @@ def test_first_continuation_after_a_reasoning_turn_hits_at_u_end_with_the_plugin
 def test_the_u_end_chunk_stop_is_a_forced_split_counted_once():
     a = turn(11, 2)
     baseline = replay(requests(a), UPSTREAM)[0]
-    run = Replay(shape(Policy.INPUT_END))
+    run = Replay(shape(Variant.INPUT_END))
     outcome = run.run(ReplayRequest.from_turn(a))
     assert len(outcome.prefill_chunks) == len(baseline.prefill_chunks) + 1
     assert sum(outcome.prefill_chunks) == sum(baseline.prefill_chunks) == a.prompt.p_end
@@ -67,7 +67,7 @@ def test_the_u_end_chunk_stop_is_a_forced_split_counted_once():
 def test_with_sub_block_hits_u_end_materializes_at_the_unit_through_a_copy_on_write():
     a, b = turn(11, 2), turn(11, 4)
     unit = 4
-    fine = shape(Policy.INPUT_END, prefix_match_unit=unit)
+    fine = shape(Variant.INPUT_END, prefix_match_unit=unit)
     outcomes = replay(requests(a, b), fine)
     assert hits(outcomes) == [0, a.prompt.u_end // unit * unit]
     assert outcomes[1].hit_tokens % BLOCK  # inside a block: both groups answered a partial entry
@@ -84,27 +84,27 @@ def test_decode_end_hits_in_a_tool_loop():
 
     upstream = hits(replay(requests(a, b), UPSTREAM))
     assert upstream == [0, (a.prompt.p_end - 1) // BLOCK * BLOCK]
-    for policy in (Policy.DECODE_END, Policy.BOTH):
+    for policy in (Variant.DECODE_END, Variant.BOTH):
         outcomes = replay(requests(a, b), shape(policy))
         assert hits(outcomes) == [0, d_end // BLOCK * BLOCK]
         assert outcomes[1].hit_kind == "decode_end"
-    assert hits(replay(requests(a, b), shape(Policy.INPUT_END))) == upstream
+    assert hits(replay(requests(a, b), shape(Variant.INPUT_END))) == upstream
 
 
 def test_when_decode_end_diverges_the_lookup_falls_back_to_u_end():
     a, b = turn(11, 2), turn(11, 4)  # the next request drops the turn's reasoning
-    run = Replay(shape(Policy.DECODE_END))
+    run = Replay(shape(Variant.DECODE_END))
     assert hits(run.run_all(requests(a, b))) == [0, 0]
     assert run.counters.created["decode_end"] == 2  # kept, but not a prefix of the next request
 
-    outcomes = replay(requests(a, b), shape(Policy.BOTH))
+    outcomes = replay(requests(a, b), shape(Variant.BOTH))
     assert hits(outcomes) == [0, a.prompt.u_end // BLOCK * BLOCK]
     assert outcomes[1].hit_kind == "input_end"
 
 
 def test_only_the_aligned_decode_end_state_outlives_the_request():
     a = turn(11, 4)
-    run = Replay(shape(Policy.DECODE_END))
+    run = Replay(shape(Variant.DECODE_END))
     run.run(ReplayRequest.from_turn(a))
     retention = run.scheduler.boundary_retention
     kept: dict[str, int] = {}
@@ -128,7 +128,7 @@ def test_decode_end_is_not_kept_when_prefill_and_decode_are_disaggregated():
     assert not availability.consumable and "disaggregated" in availability.reason
 
     a, b = turn(11, 4), turn(11, 6)
-    run = Replay(shape(Policy.BOTH))
+    run = Replay(shape(Variant.BOTH))
     run.scheduler.decode_end = availability  # as the scheduler derives it from --kv-transfer-config
     outcomes = run.run_all(requests(a, b))
     assert outcomes[1].hit_tokens == (a.prompt.p_end - 1) // BLOCK * BLOCK
@@ -136,7 +136,7 @@ def test_decode_end_is_not_kept_when_prefill_and_decode_are_disaggregated():
 
 
 # -- invariants ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("policy", list(Variant))
 @pytest.mark.parametrize("unit", [BLOCK, 4])
 def test_a_state_is_never_used_beyond_its_validated_prefix(policy, unit):
     stream = list(turns(11)) + list(turns(0))[:3]
@@ -151,7 +151,7 @@ def test_a_hint_past_the_shared_prefix_is_never_reused_beyond_it():
     lying = ReplayRequest(
         tuple(a.prompt.token_ids), tuple(a.output.token_ids), a.prompt.p_end - 1, (a.output.stop_token_id,)
     )  # a frontend that claims U_end past the generation prompt
-    outcomes = replay([lying, ReplayRequest.from_turn(b)], shape(Policy.INPUT_END))
+    outcomes = replay([lying, ReplayRequest.from_turn(b)], shape(Variant.INPUT_END))
     assert outcomes[1].hit_tokens <= shared(a.tokens, b.prompt.token_ids)
 
 
@@ -163,7 +163,7 @@ def scheduled(outcomes) -> list[tuple]:
 def test_requests_without_hints_are_scheduled_exactly_as_upstream(unit):
     stream = requests(*turns(11), *turns(0)[:3], hints=False)
     baseline = scheduled(replay(stream, EngineShape(plugin=False, prefix_match_unit=unit)))
-    for policy in Policy:
+    for policy in Variant:
         assert scheduled(replay(stream, shape(policy, prefix_match_unit=unit))) == baseline
 
 
@@ -174,7 +174,7 @@ def test_junction_behaviour_is_unchanged():
     upstream = replay(requests(*stream), UPSTREAM)
     assert upstream[0].hit_tokens == upstream[1].hit_tokens == 0
     assert upstream[2].hit_tokens > 0
-    for policy in Policy:
+    for policy in Variant:
         outcomes = replay(requests(*stream), shape(policy))
         assert hits(outcomes) == hits(upstream)
         assert outcomes[2].hit_kind == "reactive"
@@ -182,15 +182,15 @@ def test_junction_behaviour_is_unchanged():
 
 def test_the_async_scheduler_keeps_the_same_checkpoints():
     stream = requests(*turns(11))
-    sync = replay(stream, shape(Policy.BOTH))
-    assert replay(stream, shape(Policy.BOTH, async_scheduling=True)) == sync
+    sync = replay(stream, shape(Variant.BOTH))
+    assert replay(stream, shape(Variant.BOTH, async_scheduling=True)) == sync
     assert {o.hit_kind for o in sync} >= {"input_end", "decode_end"}
 
 
 def test_malformed_hints_are_ignored_and_counted():
     a = turn(11, 2)
     request = ReplayRequest.from_turn(a)
-    run = Replay(shape(Policy.BOTH))
+    run = Replay(shape(Variant.BOTH))
     vllm_request = run.request(request)
     vllm_request.sampling_params.extra_args["boundary_prompt_end"] = (
         a.prompt.p_end + 7
@@ -206,16 +206,16 @@ def test_with_sub_block_hits_decode_end_stays_block_aligned():
     a, b = turn(11, 4), turn(11, 6)
     d_end = len(a.tokens) - 1
     assert d_end % 4 == 0 and d_end % BLOCK
-    outcomes = replay(requests(a, b), shape(Policy.DECODE_END, prefix_match_unit=4))
+    outcomes = replay(requests(a, b), shape(Variant.DECODE_END, prefix_match_unit=4))
     assert hits(outcomes) == [0, d_end // BLOCK * BLOCK]
 
 
 def test_a_request_may_pick_its_policy_where_the_engine_allows_it():
     a, b = turn(11, 2), turn(11, 4)
-    stream = [dataclasses.replace(r, policy=Policy.INPUT_END) for r in requests(a, b)]
-    allowed = shape(Policy.MAIN_SPARSE, settings={"request_policy": True})
+    stream = [dataclasses.replace(r, policy=Variant.INPUT_END) for r in requests(a, b)]
+    allowed = shape(Variant.MAIN_SPARSE, settings={"request_policy": True})
     assert hits(replay(stream, allowed)) == [0, a.prompt.u_end // BLOCK * BLOCK]
-    run = Replay(shape(Policy.MAIN_SPARSE))
+    run = Replay(shape(Variant.MAIN_SPARSE))
     assert hits(run.run_all(stream)) == [0, 0]
     assert run.counters.hints == {"rejected": 2}
 
@@ -247,7 +247,7 @@ def test_the_counters_are_logged_and_exported_as_metrics():
     level = logger.level
     logger.setLevel(logging.INFO)
     logger.addHandler(handler)
-    run = Replay(shape(Policy.BOTH, settings={"log_interval_s": 1e-9}))
+    run = Replay(shape(Variant.BOTH, settings={"log_interval_s": 1e-9}))
     model_name = run.scheduler.boundary_metric_labels["model_name"]
     before = exported("input_end")
     try:

@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import pytest
-from boundary_vllm.settings import IntegrationSettings, Policy, SettingsError, read_settings
+from boundary_vllm.settings import IntegrationSettings, SettingsError, read_settings
 
 from boundary.retention_policy import Variant
 
 
 def test_the_default_policy_keeps_both_checkpoints():
     settings = read_settings({})
-    assert settings == IntegrationSettings() and settings.policy is Policy.BOTH
+    assert settings == IntegrationSettings() and settings.policy is Variant.BOTH
 
 
 def test_every_variant_of_the_policy_module_is_a_setting():
     for variant in Variant:
         assert read_settings({"boundary": {"policy": variant.value}}).policy is variant
-    assert Policy is Variant  # one vocabulary: the plugin runs the policy module's variants
     assert read_settings({"boundary": {"upstream_twin": False}}).upstream_twin is False
 
 
 def test_settings_come_from_the_boundary_key():
     settings = read_settings({"boundary": {"policy": "input_end", "decode_to_prefill": True}, "other": 1})
-    assert settings.policy is Policy.INPUT_END and settings.decode_to_prefill
+    assert settings.policy is Variant.INPUT_END and settings.decode_to_prefill
 
 
 @pytest.mark.parametrize(

@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
-from boundary_vllm.settings import Policy
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 
+from boundary.retention_policy import Variant
 from tests.vllm.streams import turn, turns
 
 pytestmark = pytest.mark.vllm
@@ -29,13 +29,13 @@ def sessions(*conversations: int) -> list[list[ReplayRequest]]:
     return [requests(*turns(c)) for c in conversations]
 
 
-@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("policy", list(Variant))
 def test_every_state_read_is_of_the_readers_own_tokens_one_request_at_a_time(policy):
     run = Replay(EngineShape(block_size=16, prefix_match_unit=4, policy=policy), check_states=True)
     outcomes = run.run_all(requests(*turns(11)))
     assert run.states.violations == []
     assert run.states.reads > 0 and run.states.checked_keys > 0
-    assert sum(o.hit_tokens % 16 != 0 for o in outcomes) or policy in (Policy.DECODE_END,)
+    assert sum(o.hit_tokens % 16 != 0 for o in outcomes) or policy in (Variant.DECODE_END,)
 
 
 @pytest.mark.parametrize("async_scheduling", [pytest.param(False, marks=pytest.mark.slow), True])
@@ -44,7 +44,7 @@ def test_every_state_read_is_of_the_readers_own_tokens_one_request_at_a_time(pol
     [(16, 4, 360), pytest.param(528, 16, 14, marks=pytest.mark.slow)],
     ids=["b16-u4", "b528-u16"],
 )
-@pytest.mark.parametrize("policy", list(Policy))
+@pytest.mark.parametrize("policy", list(Variant))
 def test_under_concurrency_eviction_and_preemption_every_read_state_is_its_own_prefix(
     policy, block, unit, num_blocks, async_scheduling
 ):
@@ -66,9 +66,9 @@ def test_under_concurrency_eviction_and_preemption_every_read_state_is_its_own_p
 def test_a_sub_block_state_keyed_one_unit_shallower_than_it_is_is_caught():
     # U_end's state (sub-block, unit 4) keyed at U_end - 4: a hit there would resume from a
     # state that has seen one unit too many.
-    run = Replay(EngineShape(block_size=16, prefix_match_unit=4, policy=Policy.INPUT_END), check_states=True)
+    run = Replay(EngineShape(block_size=16, prefix_match_unit=4, policy=Variant.INPUT_END), check_states=True)
     retention = run.scheduler.boundary_retention
-    keep = retention._keep_sub_block_state
+    keep = retention.hook._keep_sub_block_state
 
     def one_unit_shallower(group, request, position, plan):
         keep(group, request, position, plan)
@@ -78,7 +78,7 @@ def test_a_sub_block_state_keyed_one_unit_shallower_than_it_is_is_caught():
             make_block_hash_with_group_id(shallower, group.group_id), block
         )
 
-    retention._keep_sub_block_state = one_unit_shallower
+    retention.hook._keep_sub_block_state = one_unit_shallower
     run.run_all(requests(turn(11, 2), turn(11, 4)))
     assert {v.kind for v in run.states.violations} == {"rest"}
     assert all(v.found.length == v.expected.length + 4 for v in run.states.violations)
@@ -89,7 +89,7 @@ def test_a_kept_state_labelled_one_block_shallower_is_caught_when_a_request_read
     # hash — a later request that shares only that shorter prefix resumes from a state that
     # has seen one block too many.
     a = turn(11, 2)
-    run = Replay(EngineShape(block_size=16, policy=Policy.MAIN_SPARSE), check_states=True)
+    run = Replay(EngineShape(block_size=16, policy=Variant.MAIN_SPARSE), check_states=True)
     (group,) = run.scheduler.boundary_retention.groups
     manager, pool = group.manager, group.manager.block_pool
     upstream = manager.cache_blocks

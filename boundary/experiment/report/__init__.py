@@ -110,7 +110,7 @@ def _cost(unit: UnitResult) -> list[str]:
     rows = [
         [
             f"`{r['policy']}`",
-            f"{r['extra_scheduler_steps']:,}",
+            f"{r['forced_scheduler_splits']:,}",
             gib(r["snapshot_bytes"]),
             gib(r["materialization_bytes"]),
             tokens(r["duplicate_candidates"]),

@@ -68,10 +68,7 @@ def _policies(result: ExperimentResult, path: Path) -> Path:
         ax.set_ylim(max(0.0, min(heights, default=0.0) - 0.05), 1.0)
     axes[0].legend(fontsize=8, loc="lower left")
     fig.suptitle(f"{_title(result)} — unit {unit.unit}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, dpi=110)
 
 
 def _units(result: ExperimentResult, path: Path) -> Path:
@@ -104,10 +101,7 @@ def _units(result: ExperimentResult, path: Path) -> Path:
         ax.set_title(name)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{_title(result)} — unit sweep ({EQUAL_CAPACITY})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path, dpi=110)
 
 
 def _load(result: ExperimentResult, path: Path) -> Path:
@@ -138,12 +132,19 @@ def _load(result: ExperimentResult, path: Path) -> Path:
             axes[row][col].set_xlabel("concurrent sessions")
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{_title(result)} — load (unit {result.units[0].unit}, {EQUAL_CAPACITY})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return _save(fig, path, dpi=100)
 
 
 def _conc(p: dict[str, Any]) -> float:
     concurrency: float = p["concurrency"]
     return concurrency
+
+
+def _save(fig: Any, path: Path, *, dpi: int) -> Path:
+    """Lay out, write and close ``fig``; its path."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+    return path

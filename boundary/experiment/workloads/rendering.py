@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from boundary.audit.production import stop_ids
 from boundary.boundaries import Rendering
 from boundary.errors import BoundaryError, RequestError
 from boundary.experiment.stream import Continuation, StreamRequest
@@ -58,15 +59,6 @@ OutputFormatter = Callable[
 ]
 
 
-def stop_token_ids(fam: Family) -> set[int]:
-    ids = set()
-    for token in fam.spec.stop_tokens:
-        tid = fam.tokenizer.token_to_id(token)
-        if tid is not None:
-            ids.add(tid)
-    return ids
-
-
 def native_output(
     fam: Family,
     prompt: Rendering,
@@ -80,7 +72,7 @@ def native_output(
     except RequestError as exc:
         raise OutputUnavailable(exc.detail, location=exc.location) from None
     ids = list(generated.token_ids)
-    return GeneratedTokens(ids, bool(ids) and ids[-1] in stop_token_ids(fam))
+    return GeneratedTokens(ids, bool(ids) and ids[-1] in stop_ids(fam))
 
 
 def predicted_round_trip(

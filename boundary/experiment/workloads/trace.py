@@ -18,13 +18,13 @@ from __future__ import annotations
 from array import array
 from typing import Any
 
+from boundary.audit.production import stop_ids
 from boundary.errors import BoundaryError
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.rendering import (
     OutputFormatter,
     OutputUnavailable,
     predicted_round_trip,
-    stop_token_ids,
 )
 from boundary.experiment.workloads.script import ClientBehaviour
 from boundary.family import Family
@@ -35,7 +35,7 @@ def render_trace(
     fam: Family, requests: list[TraceRequest], render: dict[str, Any], formatter: OutputFormatter
 ) -> dict[str, list[StreamRequest]]:
     """Every session of ``requests`` as stream requests (``rid`` -1, no times)."""
-    stops = stop_token_ids(fam)
+    stops = stop_ids(fam)
     out: dict[str, list[StreamRequest]] = {}
     for session, lines in sessions(requests).items():
         renderer = fam.session()  # each request renders as fam.render does; only new text is tokenized

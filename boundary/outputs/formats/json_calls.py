@@ -86,6 +86,9 @@ def _name_and_arguments(
     return name.value, args.start, args.end, end
 
 
+# Deliberately alike: every syntax here is one frozen dataclass of the same fields (``start``,
+# ``before``, ``between``, ``after``, ``close``) and methods (``write``, ``read``), each spelled with
+# its own model's texts, so a format reads whole in one place.
 @dataclass(frozen=True, slots=True)
 class HermesJson:
     name: str = "hermes_json"

@@ -81,6 +81,8 @@ def _xml_call(syntax: str, m: re.Match[str], index: int, context: CallContext) -
     return ReadCall(name, arguments, None, m.start(), m.end(), m.start(2), m.end(2))
 
 
+# Deliberately alike: each syntax is one frozen dataclass of the same fields and methods as the
+# JSON syntaxes (``json_calls``), spelled with its own model's texts.
 @dataclass(frozen=True, slots=True)
 class Qwen3CoderXml:
     name: str = "qwen3_coder_xml"

@@ -1,5 +1,6 @@
-"""The retention ledger: which kinds each kept recurrent state stands for, per hash key and per
-block that holds a state under it.
+"""The retention ledger: what is kept, where and for whom. Which kinds each kept recurrent state
+stands for, per hash key and per block that holds a state under it (``Ledger``); which states
+one request keeps and holds, per position (``RequestCheckpoints``, ``HeldState``).
 
 Two requests may keep a state under one chained hash (a greedy regenerate, ``n`` identical
 prompts): vLLM's hash table then maps the key to several blocks. The ledger keeps one
@@ -16,17 +17,23 @@ from __future__ import annotations
 
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from boundary.retention_policy import SERVING_ORDER, StateKind
+from boundary.retention_policy import (
+    Decision,
+    EngineGeometry,
+    RequestBoundaries,
+    StateKind,
+    Variant,
+    serving_kind,
+)
 
-Key = Any  # vLLM's ``BlockHashWithGroupId`` (this module does not import vLLM)
+if TYPE_CHECKING:  # this module does not import vLLM
+    from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock
+    from vllm.v1.core.single_type_kv_cache_manager import MambaManager
 
-
-def serving_kind(kinds: tuple[StateKind, ...]) -> StateKind:
-    """The kind a hit on a state standing for ``kinds`` is credited to."""
-    return next(k for k in SERVING_ORDER if k in kinds)
+Key = Any  # vLLM's ``BlockHashWithGroupId``
 
 
 @dataclass(slots=True)
@@ -42,7 +49,9 @@ class Holder:
 
     @property
     def kind(self) -> StateKind:
-        return serving_kind(self.kinds)
+        kind = serving_kind(self.kinds)
+        assert kind is not None, self.kinds  # a holder stands for at least one kind
+        return kind
 
 
 class Ledger:
@@ -151,3 +160,64 @@ class Ledger:
         if holder.counted:
             holder.counted = False
             self.retained[holder.kind.value] -= holder.nbytes
+
+
+@dataclass(frozen=True, slots=True)
+class MambaGroup:
+    group_id: int
+    manager: MambaManager
+    state_bytes: int  # one state block across every layer of the group
+
+
+@dataclass(frozen=True, slots=True)
+class HeldState:
+    """One kept state block of one Mamba group: the hash key it was kept under and its ledger
+    holder (whose ``block_id`` follows copy-on-write moves)."""
+
+    group: MambaGroup
+    key: BlockHashWithGroupId
+    holder: Holder
+
+    def current(self) -> KVCacheBlock | None:
+        """This state's block while it still answers to ``key`` (another request's block under
+        the same key is not this state)."""
+        pool = self.group.manager.block_pool
+        block_id = self.holder.block_id
+        return pool.blocks[block_id] if pool.cached_block_hash_to_block.contain(self.key, block_id) else None
+
+    def is_held(self) -> bool:
+        return self.current() is not None
+
+
+@dataclass(slots=True)
+class RequestCheckpoints:
+    """What one request keeps: the admission-phase decision and how it maps onto vLLM.
+
+    ``stops``: prefill positions where a chunk must end (states vLLM would not produce itself);
+    ``block_keeps``: block-aligned prefill keeps (the reachable boundaries passed for it);
+    ``unit_keeps``: sub-block prefill keeps keyed as partial entries; ``decode``: a decode
+    state may be kept at finish, so block boundaries crossed while decoding are held.
+    """
+
+    variant: Variant
+    request: RequestBoundaries
+    geometry: EngineGeometry
+    admission: Decision
+    stops: tuple[int, ...]
+    block_keeps: tuple[int, ...]
+    unit_keeps: tuple[int, ...]
+    decode: bool
+    decode_states: OrderedDict[int, list[HeldState]] = field(default_factory=OrderedDict)  # oldest first
+    prefill_states: dict[int, list[HeldState]] = field(default_factory=dict)
+
+    def kinds_at(self, position: int) -> tuple[StateKind, ...]:
+        keep = self.admission.at(position)
+        return () if keep is None else keep.kinds
+
+    def boundaries(self, num_tokens: int, num_prompt_tokens: int, block_size: int) -> tuple[int, ...]:
+        """The reachable boundaries for this step: the block keeps, and while decoding the
+        latest block boundary (held tentatively)."""
+        latest = num_tokens // block_size * block_size
+        if self.decode and latest >= num_prompt_tokens and latest > 0:
+            return (*self.block_keeps, latest)
+        return self.block_keeps

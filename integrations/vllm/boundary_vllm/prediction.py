@@ -17,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
-from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide
-from boundary_vllm.decode_end import committed_end
-from boundary_vllm.retention import holds_decode_states
+from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide, may_keep_decode
+from boundary_vllm.decode_end import final_d_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +55,7 @@ class ModelShape:
     engine_steps: bool = False
 
 
-def predicted_hits(
-    sessions: Sequence[Sequence[Observed]],
-    variant: Variant,
-    shape: ModelShape,
-    *,
-    models: list[HybridPrefixCache] | None = None,
-) -> list[list[int]]:
-    """The model's joint hit per request, sessions as given (``models`` receives the model)."""
+def _model(shape: ModelShape) -> HybridPrefixCache:
     geometry = CacheGeometry(
         block_size=shape.block_size,
         unit=shape.unit,
@@ -72,15 +64,25 @@ def predicted_hits(
         attention_groups=shape.attention_groups,
         recurrent_groups=shape.recurrent_groups,
     )
-    engine = EngineGeometry(shape.block_size, shape.unit, exported_twin=shape.exported_twin)
-    model = HybridPrefixCache(
-        CacheConfig(
-            geometry,
-            capacity_bytes=shape.capacity_bytes,
-            engine_steps=shape.engine_steps,
-            async_lag=shape.engine_steps,
-        )
+    config = CacheConfig(
+        geometry,
+        capacity_bytes=shape.capacity_bytes,
+        engine_steps=shape.engine_steps,
+        async_lag=shape.engine_steps,
     )
+    return HybridPrefixCache(config)
+
+
+def predicted_hits(
+    sessions: Sequence[Sequence[Observed]],
+    variant: Variant,
+    shape: ModelShape,
+    *,
+    models: list[HybridPrefixCache] | None = None,
+) -> list[list[int]]:
+    """The model's joint hit per request, sessions as given (``models`` receives the model)."""
+    engine = EngineGeometry(shape.block_size, shape.unit, exported_twin=shape.exported_twin)
+    model = _model(shape)
     if models is not None:
         models.append(model)
     hasher = PrefixHasher(shape.unit)
@@ -111,13 +113,12 @@ def predicted_hits(
                 decide(variant, boundaries, engine),
                 now=float(step),
                 run_prefill=not shape.engine_steps,
-                tentative_decode=holds_decode_states(variant, boundaries, decode_states=True),
+                tentative_decode=may_keep_decode(variant, boundaries, engine),
             ).hit.joint
         if phase == 0 and shape.engine_steps:
             model.step(rids[(si, ri)], computed, now=float(step))
         elif phase == 1:
-            end = committed_end(n, r.output_token_ids, set(r.stop_token_ids))
-            d_end = max(min(end, n + len(r.output_token_ids) - 1), n)
+            d_end = final_d_end(n, r.output_token_ids, set(r.stop_token_ids), n + len(r.output_token_ids))
             final = decide(variant, RequestBoundaries(n, r.input_end, d_end, r.round_trip, r.horizon), engine)
             model.finish(rids[(si, ri)], now=step + 0.5, decision=final)
         model.check_invariants()

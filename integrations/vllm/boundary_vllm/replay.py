@@ -45,10 +45,10 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
+from boundary.retention_policy import Variant
 from boundary_vllm.counters import CheckpointCounters
 from boundary_vllm.hints import SESSION_KEY, encode_hints
 from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
-from boundary_vllm.settings import Policy
 from boundary_vllm.worker_states import WorkerStates
 from boundary_vllm.workload import Turn
 
@@ -82,7 +82,7 @@ class EngineShape:
     max_model_len: int = 65536
     max_num_seqs: int = 16
     plugin: bool = True
-    policy: Policy = Policy.BOTH
+    policy: Variant = Variant.BOTH
     async_scheduling: bool = False
     mamba_layers: int = 3  # 0: no Mamba group (a plain attention model)
     mamba_groups: int = 1  # vLLM groups layers by the attention layer count: 3 GDN + 1 attention = 3 groups
@@ -101,7 +101,7 @@ class ReplayRequest:
     output_token_ids: tuple[int, ...]
     input_end: int | None = None
     stop_token_ids: tuple[int, ...] = ()
-    policy: Policy | None = None  # a per-request policy (the engine must allow ``request_policy``)
+    policy: Variant | None = None  # a per-request policy (the engine must allow ``request_policy``)
     round_trip: float | None = None
     horizon: int | None = None
     session: str | None = None  # sent as the frontend does for recorded traces

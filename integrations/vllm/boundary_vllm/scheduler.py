@@ -43,10 +43,11 @@ from boundary_vllm.counters import CheckpointCounters, PrometheusExport
 from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability, final_d_end
 from boundary_vllm.engine_checks import EngineFacts, check_engine
 from boundary_vllm.hints import SESSION_KEY, CheckpointHints, HintStatus, decode_hints
+from boundary_vllm.ledger import RequestCheckpoints
 from boundary_vllm.recording import FinishedRequest, TraceRecorder, recorder_from
-from boundary_vllm.retention import CheckpointRetention, RequestCheckpoints, install
+from boundary_vllm.retention import CheckpointRetention, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
-from boundary_vllm.settings import IntegrationSettings, Policy, read_settings
+from boundary_vllm.settings import IntegrationSettings, read_settings
 
 logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, so its handlers and level apply
 
@@ -143,7 +144,7 @@ class BoundaryCheckpointsMixin:
 
     def _admit(self, request: Request) -> None:
         extra_args = request.sampling_params.extra_args if request.sampling_params is not None else None
-        allowed = [p.value for p in Policy] if self.boundary_settings.request_policy else []
+        allowed = [p.value for p in Variant] if self.boundary_settings.request_policy else []
         hints = decode_hints(extra_args, request.num_prompt_tokens, policies=allowed)
         label = hints.status.value
         if hints.status is HintStatus.ABSENT and self._suffixes is not None and request.prompt_token_ids:

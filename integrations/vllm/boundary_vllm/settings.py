@@ -22,15 +22,13 @@ from boundary.retention_policy import Variant
 
 SETTINGS_KEY = "boundary"
 
-Policy = Variant  # the engine runs exactly the policy module's variants
-
 
 class IntegrationSettings(BaseModel):
     """``additional_config["boundary"]``."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    policy: Policy = Policy.BOTH
+    policy: Variant = Variant.BOTH  # the engine runs exactly the policy module's variants
     server_family: str | None = Field(
         default=None,
         description=(
