@@ -10,7 +10,7 @@ import it.
 
 Data flows one way, and imports follow it (``tests/test_imports.py`` fails on any cycle):
 
-    spec, registry (family.toml data)  ->  request (protocol)  ->  render (render, sandbox,
+    spec, registry (family.toml data)  ->  request (request/)  ->  render (render, sandbox,
     instrumentation, continuation, template_kwargs)  ->  boundaries (boundaries, tokenizer,
     encoding)  ->  renderer (one pass: ids, U_end, P_end)  ->  checkpoints, retention_policy
     ->  outputs (codec, reading)  ->  round trip (roundtrip, divergence)  ->  horizon

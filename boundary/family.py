@@ -22,9 +22,9 @@ from urllib.parse import urlparse
 
 from boundary.errors import ModelNotFoundError, TemplateLoadError
 from boundary.outputs import GeneratedOutput
-from boundary.protocol import Message
 from boundary.registry import family_names, family_spec, shipped_templates, shipped_tokenizer
 from boundary.renderer import Renderer
+from boundary.request.models import Message
 from boundary.roundtrip import RoundTrip, verify_round_trip
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.session import Session, SessionCache

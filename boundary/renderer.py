@@ -1,6 +1,6 @@
 """The family renderer: one request in, token ids plus U_end / P_end out, in one pass.
 
-Where it sits: the middle of the data flow — request (``protocol``: validate, normalize) ->
+Where it sits: the middle of the data flow — request (``request``: validate, normalize) ->
 render (``render``: sandboxed, instrumented Jinja; ``continuation``; ``template_kwargs``) ->
 boundaries (``boundaries``: ids, U_end, P_end). Everything downstream (sessions, outputs,
 round trip, horizon, audit, experiment, the vLLM plugin) takes a ``Renderer``; the ``Family``
@@ -25,17 +25,16 @@ from boundary.boundaries import (
 from boundary.continuation import cut_after_final_message, generation_prompt, open_final_message
 from boundary.encoding import token_pattern
 from boundary.errors import RequestError, TemplateLoadError
-from boundary.protocol import (
+from boundary.render import CompiledTemplate, TextRendering, compile_template, render_text
+from boundary.request.limits import check_value
+from boundary.request.models import Message, Tool
+from boundary.request.validation import (
     ArgumentsForm,
-    Message,
-    Tool,
-    check_value,
     parse_messages,
     parse_tools,
     to_template_messages,
     to_template_tools,
 )
-from boundary.render import CompiledTemplate, TextRendering, compile_template, render_text
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.spec import FamilySpec
 from boundary.template_kwargs import ResolvedKwargs, resolve_kwargs

@@ -6,7 +6,7 @@ incrementally; the ``Family`` facade offers it.
 A serving frontend renders every turn of a conversation, and each request repeats the whole
 history. ``Session.render`` gives exactly what ``Family.render`` gives for the same request,
 but only validates the messages it has not seen (by exact content: key order and value
-types kept, see ``boundary.request_identity``) and only tokenizes the text after the last
+types kept, see ``boundary.request.identity``) and only tokenizes the text after the last
 point where (a) the new text agrees with the previous request's text and (b) the token
 stream is provably cut there: a safe cut that the tokenizer's encoder itself declares
 (``Tokenizer.cut_rule``, rule in ``boundary.encoding``) lying at least ``lookahead``
@@ -33,17 +33,16 @@ from boundary.boundaries import Rendering, assemble
 from boundary.encoding import Clock, Cut, CutTokenMap
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
-from boundary.protocol import (
+from boundary.renderer import Renderer, check_arguments
+from boundary.request.identity import ContentKey, item_key, items_key
+from boundary.request.models import Message, Tool
+from boundary.request.validation import (
     ArgumentsForm,
-    Message,
-    Tool,
     call_ids_of,
     parse_messages,
     parse_tools,
     to_template_tools,
 )
-from boundary.renderer import Renderer, check_arguments
-from boundary.request_identity import ContentKey, item_key, items_key
 
 
 @dataclass(slots=True)
@@ -60,7 +59,7 @@ class Session:
     """Renders the successive requests of one conversation; results equal ``Family.render``.
 
     A message counts as seen only when its exact content is: each message given is keyed by
-    ``boundary.request_identity.item_key`` (key order and value types kept, ``1`` / ``1.0`` /
+    ``boundary.request.identity.item_key`` (key order and value types kept, ``1`` / ``1.0`` /
     ``True`` distinct), taken when it is rendered, so a caller may pass freshly parsed dicts
     every turn or edit earlier message objects in place between turns. Tools are keyed the
     same way, as a whole. Everything kept was validated under one ``(arguments,

@@ -35,8 +35,9 @@ from boundary.outputs.model import (
     WrittenCall,
 )
 from boundary.outputs.reasoning import ThinkTags
-from boundary.protocol import AssistantMessage, first_error
 from boundary.renderer import Renderer
+from boundary.request.models import AssistantMessage
+from boundary.request.validation import first_error
 from boundary.spec import FamilySpec
 
 HARMONY = "harmony"

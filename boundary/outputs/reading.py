@@ -35,8 +35,8 @@ from boundary.outputs.model import (
 )
 from boundary.outputs.reasoning import Prefill
 from boundary.outputs.vllm_backend import engine_read, parser_names
-from boundary.protocol import Tool
 from boundary.renderer import Renderer
+from boundary.request.models import Tool
 
 
 def parse_output(
