@@ -20,7 +20,6 @@ Data flows one way, and imports follow it (``tests/test_imports.py`` fails on an
 the round trip; nothing below it imports it. ``import boundary`` never imports vllm.
 """
 
-from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind, materialize
 from boundary.divergence import Cause
 from boundary.errors import (
@@ -38,6 +37,7 @@ from boundary.family import Family, FamilySpec, family_names, family_spec, load_
 from boundary.horizon import Horizon, stability_horizon
 from boundary.offsets import Boundary, BoundaryStatus, CharOffset, Span, TokenOffset
 from boundary.outputs import GeneratedOutput, OutputStatus, ParsedOutput, format_output, parse_output
+from boundary.rendering import Rendering
 from boundary.roundtrip import ClientHabits, RoundTrip, verify_round_trip
 from boundary.sandbox import RenderLimits
 from boundary.tokenizer import Tokenizer

@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from boundary.boundaries import Rendering
 from boundary.offsets import BoundaryStatus, CharOffset
 from boundary.outputs import OutputFormat, ParsedOutput, RegionKind, output_format
 from boundary.outputs.formats.xml_calls import PARAMETERS, written_parameters
 from boundary.outputs.reasoning import Prefill
 from boundary.renderer import Renderer
+from boundary.rendering import Rendering
 from boundary.roundtrip import DEFAULT_HABITS, ClientHabits, control_ids, trailing_controls
 from boundary.spec import HistoryRewrite, RewritePart
 

@@ -1,10 +1,11 @@
 """The family renderer: one request in, token ids plus U_end / P_end out, in one pass.
 
 Where it sits: the middle of the data flow — request (``request``: validate, normalize) ->
-render (``render``: sandboxed, instrumented Jinja; ``continuation``; ``template_kwargs``) ->
-boundaries (``boundaries``: ids, U_end, P_end). Everything downstream (sessions, outputs,
-round trip, horizon, audit, experiment, the vLLM plugin) takes a ``Renderer``; the ``Family``
-facade (``boundary.family``) adds those features on top without them importing it back.
+render (``template_run``: sandboxed, instrumented Jinja; ``marks``; ``continuation``;
+``template_kwargs``) -> boundaries (``boundaries``: ids, U_end, P_end, as a ``Rendering``).
+Everything downstream (sessions, outputs, round trip, horizon, audit, experiment, the vLLM
+plugin) takes a ``Renderer``; the ``Family`` facade (``boundary.family``) adds those features
+on top without them importing it back.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from datetime import datetime
 from typing import Any, get_args
 
 from boundary.boundaries import (
-    Rendering,
     encode_rendering,
     encode_rendering_sanitized,
     mark_control_tokens,
@@ -25,7 +25,8 @@ from boundary.boundaries import (
 from boundary.continuation import cut_after_final_message, generation_prompt, open_final_message
 from boundary.encoding import token_pattern
 from boundary.errors import RequestError, TemplateLoadError
-from boundary.render import CompiledTemplate, TextRendering, compile_template, render_text
+from boundary.marks import TextRendering
+from boundary.rendering import Rendering
 from boundary.request.limits import check_value
 from boundary.request.models import Message, Tool
 from boundary.request.validation import (
@@ -38,6 +39,7 @@ from boundary.request.validation import (
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.spec import FamilySpec
 from boundary.template_kwargs import ResolvedKwargs, resolve_kwargs
+from boundary.template_run import CompiledTemplate, compile_template, run_template
 from boundary.tokenizer import Tokenizer, template_literals
 
 TOOL_USE = "tool_use"
@@ -231,7 +233,7 @@ class Renderer:
         """``render`` for messages already validated and normalized by ``prepare``."""
         variant = self.select_variant(variant, tools)
         pattern = self._control_pattern(self.template(variant)) if sanitize_control_tokens else None
-        rendered = self.render_text(
+        rendered = self.text_rendering(
             messages,
             tools,
             add_generation_prompt,
@@ -252,7 +254,7 @@ class Renderer:
         ).ignored
         return replace(result, ignored_template_kwargs=ignored) if ignored else result
 
-    def render_text(
+    def text_rendering(
         self,
         messages: Sequence[Mapping[str, Any]],
         tools: list[dict[str, Any]] | None = None,
@@ -289,7 +291,7 @@ class Renderer:
         final: str | None = None
         if continue_final_message:
             messages, final = open_final_message(messages, continue_final_message, source)
-        rendered = render_text(
+        rendered = run_template(
             compiled,
             messages,
             tools=tools,

@@ -28,7 +28,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.divergence import Cause, classify
 from boundary.errors import TemplateRenderError
@@ -42,6 +41,7 @@ from boundary.outputs import (
 )
 from boundary.prefixes import common_prefix_length
 from boundary.renderer import Renderer
+from boundary.rendering import Rendering
 
 
 class Tail(StrEnum):

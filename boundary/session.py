@@ -29,11 +29,12 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from boundary.boundaries import Rendering, assemble
+from boundary.boundaries import assemble
 from boundary.encoding import Clock, Cut, CutTokenMap
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
 from boundary.renderer import Renderer, check_arguments
+from boundary.rendering import Rendering
 from boundary.request.identity import ContentKey, item_key, items_key
 from boundary.request.models import Message, Tool
 from boundary.request.validation import (
@@ -117,7 +118,7 @@ class Session:
                 **options,
                 **template_kwargs,
             )
-        rendered = fam.render_text(
+        rendered = fam.text_rendering(
             normalized,
             self._tools,
             add_generation_prompt,

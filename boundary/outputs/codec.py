@@ -18,7 +18,6 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import boundary.outputs.harmony as harmony
-from boundary.boundaries import Rendering
 from boundary.errors import RequestError, TemplateLoadError
 from boundary.offsets import BoundaryStatus
 from boundary.outputs.formats.base import CallContext, ToolCallSyntax
@@ -36,6 +35,7 @@ from boundary.outputs.model import (
 )
 from boundary.outputs.reasoning import ThinkTags
 from boundary.renderer import Renderer
+from boundary.rendering import Rendering
 from boundary.request.models import AssistantMessage
 from boundary.request.validation import first_error
 from boundary.spec import FamilySpec

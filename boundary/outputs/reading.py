@@ -19,7 +19,6 @@ from pydantic import BaseModel
 
 import boundary.outputs.engine_rules as engine_rules
 import boundary.outputs.harmony as harmony
-from boundary.boundaries import Rendering
 from boundary.outputs.arguments import parameter_types
 from boundary.outputs.codec import Backend, OutputFormat, generation_suffix, output_format
 from boundary.outputs.formats.base import CallContext, ReadCall, ToolCallSyntax
@@ -36,6 +35,7 @@ from boundary.outputs.model import (
 from boundary.outputs.reasoning import Prefill
 from boundary.outputs.vllm_backend import engine_read, parser_names
 from boundary.renderer import Renderer
+from boundary.rendering import Rendering
 from boundary.request.models import Tool
 
 

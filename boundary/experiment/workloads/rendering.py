@@ -25,13 +25,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from boundary.boundaries import Rendering
 from boundary.errors import BoundaryError, RequestError
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.script import ClientBehaviour, Message, SessionScript, client_history
 from boundary.family import Family
 from boundary.horizon import active_rewrites, stability_horizon, trigger_of
 from boundary.outputs import format_output, parse_output
+from boundary.rendering import Rendering
 from boundary.roundtrip import ClientHabits
 
 
