@@ -15,6 +15,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
+from boundary.encoding import Clock
 from boundary.errors import TokenizerError
 from boundary.marks import TextRendering
 from boundary.offsets import (
@@ -30,11 +31,22 @@ from boundary.offsets import (
 from boundary.rendering import Rendering
 from boundary.tokenizer import Tokenizer
 
+Encoder = Callable[[str, Clock | None], tuple[list[int], TokenMap]]
+"""An encoder hook: a rendered text's ids (exactly the tokenizer's) and token map, the clock
+read while encoding. Sessions pass one that reuses the previous request's ids."""
 
-def encode_rendering(rendered: TextRendering, tokenizer: Tokenizer) -> Rendering:
-    """The tokenization stage, under the render's deadline (``RenderLimitExceeded`` past it)."""
-    enc = tokenizer.encode(rendered.text, clock=rendered.deadline)
-    result = assemble(rendered, rendered.text, enc.ids, enc.token_map, lambda c: c)
+
+def encode_rendering(
+    rendered: TextRendering, tokenizer: Tokenizer, encoder: Encoder | None = None
+) -> Rendering:
+    """The tokenization stage, under the render's deadline (``RenderLimitExceeded`` past it):
+    the text encoded by ``encoder`` where given, else by ``tokenizer`` in full."""
+    if encoder is None:
+        enc = tokenizer.encode(rendered.text, clock=rendered.deadline)
+        ids, token_map = enc.ids, enc.token_map
+    else:
+        ids, token_map = encoder(rendered.text, rendered.deadline)
+    result = assemble(rendered, rendered.text, ids, token_map, lambda c: c)
     if rendered.deadline is not None:  # placing U_end may have encoded one segment again
         rendered.deadline.check_tokenizing()
     return result

@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Any, get_args
 
 from boundary.boundaries import (
+    Encoder,
     encode_rendering,
     encode_rendering_sanitized,
     mark_control_tokens,
@@ -231,9 +232,42 @@ class Renderer:
         **template_kwargs: Any,
     ) -> Rendering:
         """``render`` for messages already validated and normalized by ``prepare``."""
+        return self.render_with_encoder(
+            messages,
+            tools,
+            add_generation_prompt,
+            template_kwargs=template_kwargs,
+            encoder=None,
+            variant=variant,
+            documents=documents,
+            sanitize_control_tokens=sanitize_control_tokens,
+            now=now,
+            continue_final_message=continue_final_message,
+            strict_template_kwargs=strict_template_kwargs,
+        )
+
+    def render_with_encoder(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool | None,
+        *,
+        template_kwargs: Mapping[str, Any],
+        encoder: Encoder | None,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        sanitize_control_tokens: bool = False,
+        now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_template_kwargs: bool = False,
+    ) -> Rendering:
+        """``render_prepared`` with the text encoded by ``encoder`` (None: the tokenizer, in
+        full); sanitizing control tokens encodes the pieces apart and never uses it. The
+        template kwargs are resolved once, here."""
         variant = self.select_variant(variant, tools)
+        resolved = self.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs)
         pattern = self._control_pattern(self.template(variant)) if sanitize_control_tokens else None
-        rendered = self.text_rendering(
+        rendered = self._text_rendering(
             messages,
             tools,
             add_generation_prompt,
@@ -242,45 +276,34 @@ class Renderer:
             control_pattern=pattern,
             now=now,
             continue_final_message=continue_final_message,
-            strict_template_kwargs=strict_template_kwargs,
-            **template_kwargs,
+            kwargs=resolved.kept,
         )
         if pattern is None:
-            result = encode_rendering(rendered, self.tokenizer)
+            result = encode_rendering(rendered, self.tokenizer, encoder)
         else:
             result = encode_rendering_sanitized(rendered, self.tokenizer, pattern)
-        ignored = self.resolve_template_kwargs(
-            template_kwargs, variant, strict=strict_template_kwargs
-        ).ignored
-        return replace(result, ignored_template_kwargs=ignored) if ignored else result
+        return replace(result, ignored_template_kwargs=resolved.ignored) if resolved.ignored else result
 
-    def text_rendering(
+    def _text_rendering(
         self,
         messages: Sequence[Mapping[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool | None = None,
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool | None,
         *,
-        variant: str | None = None,
-        documents: Sequence[Mapping[str, Any]] | None = None,
-        control_pattern: re.Pattern[str] | None = None,
-        now: datetime | None = None,
-        continue_final_message: bool | str = False,
-        strict_template_kwargs: bool = False,
-        **template_kwargs: Any,
+        variant: str,
+        documents: Sequence[Mapping[str, Any]] | None,
+        control_pattern: re.Pattern[str] | None,
+        now: datetime | None,
+        continue_final_message: bool | str,
+        kwargs: Mapping[str, Any],
     ) -> TextRendering:
-        """The render stage alone: text and char positions, no tokens. With ``control_pattern``
-        (sanitizing), control tokens in the inputs come back wrapped in markers. With
-        ``continue_final_message`` the text ends after the final message's content and
-        ``input_end`` is that message's start (see ``Rendering``)."""
-        source = self.template(self.select_variant(variant, tools))
+        """The render stage alone: text and char positions, no tokens, with ``kwargs`` (the
+        resolved template kwargs) passed. With ``control_pattern`` (sanitizing), control
+        tokens in the inputs come back wrapped in markers. With ``continue_final_message``
+        the text ends after the final message's content and ``input_end`` is that message's
+        start (see ``Rendering``)."""
+        source = self.template(variant)
         compiled = self.compiled(source)
-        kwargs = resolve_kwargs(
-            self.spec,
-            self.tokenizer.special_tokens_map,
-            template_kwargs,
-            compiled.variables,
-            strict=strict_template_kwargs,
-        ).kept
         prompt_flag = generation_prompt(add_generation_prompt, continue_final_message)
         for i, document in enumerate(documents or ()):
             check_value(document, f"documents[{i}]")
@@ -322,3 +345,4 @@ class Renderer:
                 self.tokenizer.control_tokens(template_literals(source))
             )
         return self._control_patterns[key]
+

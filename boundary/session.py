@@ -25,11 +25,10 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from boundary.boundaries import assemble
 from boundary.encoding import Clock, Cut, CutTokenMap
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
@@ -96,43 +95,27 @@ class Session:
         strict_template_kwargs: bool = False,
         **template_kwargs: Any,
     ) -> Rendering:
-        """Same signature and result as ``Family.render``."""
+        """Same signature and result as ``Family.render``: the renderer renders the prepared
+        messages, with this session's encoder (``_encode``) in place of a full encode."""
         fam = self.family
         check_arguments(arguments)
         normalized = self._prepare(messages, arguments or fam.tool_arguments(variant), strict_request)
         self._prepare_tools(tools, strict_request)
-        options: dict[str, Any] = {
-            "continue_final_message": continue_final_message,
-            "strict_template_kwargs": strict_template_kwargs,
-        }
         if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
             self._text, self._ids, self._cuts = "", [], []
-            return fam.render_prepared(
-                normalized,
-                self._tools,
-                add_generation_prompt,
-                variant=variant,
-                documents=documents,
-                sanitize_control_tokens=True,
-                now=now,
-                **options,
-                **template_kwargs,
-            )
-        rendered = fam.text_rendering(
+        return fam.render_with_encoder(
             normalized,
             self._tools,
             add_generation_prompt,
+            template_kwargs=template_kwargs,
+            encoder=None if sanitize_control_tokens else self._encode,
             variant=variant,
             documents=documents,
+            sanitize_control_tokens=sanitize_control_tokens,
             now=now,
-            **options,
-            **template_kwargs,
+            continue_final_message=continue_final_message,
+            strict_template_kwargs=strict_template_kwargs,
         )
-        text = rendered.text
-        ids, token_map = self._encode(text, rendered.deadline)
-        result = assemble(rendered, text, ids, token_map, lambda c: c)
-        ignored = fam.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs).ignored
-        return replace(result, ignored_template_kwargs=ignored) if ignored else result
 
     def _prepare(
         self, messages: Sequence[Any], arguments: ArgumentsForm, strict: bool = False
