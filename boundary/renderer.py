@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, get_args
+from typing import Any, Protocol, get_args
 
 from boundary.boundaries import (
     Encoder,
@@ -172,6 +172,7 @@ class Renderer:
 
     def render(
         self,
+        /,
         messages: Sequence[Mapping[str, Any] | Message],
         tools: Sequence[Mapping[str, Any] | Tool] | None = None,
         add_generation_prompt: bool | None = None,
@@ -219,6 +220,7 @@ class Renderer:
 
     def render_prepared(
         self,
+        /,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool | None = None,
@@ -346,3 +348,15 @@ class Renderer:
             )
         return self._control_patterns[key]
 
+
+class HoldsRenderer(Protocol):
+    """A facade over a ``Renderer`` (``boundary.family.Family``): the public entry points of
+    the stages below take one in a renderer's place."""
+
+    @property
+    def renderer(self) -> Renderer: ...
+
+
+def renderer_of(family: Renderer | HoldsRenderer) -> Renderer:
+    """``family`` itself when it is a ``Renderer``, else the renderer it wraps."""
+    return family if isinstance(family, Renderer) else family.renderer

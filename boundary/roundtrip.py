@@ -40,7 +40,7 @@ from boundary.outputs import (
     parse_output,
 )
 from boundary.prefixes import common_prefix_length
-from boundary.renderer import Renderer
+from boundary.renderer import HoldsRenderer, Renderer, renderer_of
 from boundary.rendering import Rendering
 
 
@@ -142,7 +142,7 @@ def control_ids(family: Renderer, fmt: OutputFormat) -> frozenset[int]:
 
 
 def check_continuation(
-    family: Renderer,
+    family: Renderer | HoldsRenderer,
     prompt: Rendering,
     generated: Sequence[int],
     parsed: ParsedOutput,
@@ -156,6 +156,7 @@ def check_continuation(
 ) -> ContinuationCheck:
     """Compare ``prompt + generated`` with ``next_rendering`` (already rendered). ``roles`` are
     the request's message roles (they tell the system prompt from the conversation)."""
+    family = renderer_of(family)
     fmt = output_format(family, variant)
     p = len(prompt.token_ids)
     seq = prompt.token_ids + list(generated)
@@ -244,7 +245,7 @@ def continuation_messages(
 
 
 def verify_round_trip(
-    family: Renderer,
+    family: Renderer | HoldsRenderer,
     messages: Sequence[Mapping[str, Any] | Any],
     generated: Sequence[int] | GeneratedOutput,
     next_messages: Sequence[Mapping[str, Any] | Any] | None = None,
@@ -260,6 +261,7 @@ def verify_round_trip(
 ) -> RoundTrip:
     """Verify that the committed ``generated`` ids of the turn answering ``messages`` are a
     token prefix of the next request (``next_messages``, or the probed continuations)."""
+    family = renderer_of(family)
     ids = list(generated.token_ids if isinstance(generated, GeneratedOutput) else generated)
     render_kwargs: dict[str, Any] = {"variant": variant, "arguments": habits.arguments, **template_kwargs}
     prompt = family.render(messages, tools, True, now=now, **render_kwargs)

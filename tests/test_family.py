@@ -200,7 +200,6 @@ def test_template_kwargs_reach_the_template() -> None:
     assert on.u_end == off.u_end
 
 
-
 @pytest.mark.parametrize("sanitize", [False, True])
 def test_template_kwargs_are_resolved_once_per_render_in_a_session_too(monkeypatch, sanitize: bool) -> None:
     import boundary.renderer as renderer_module
@@ -223,6 +222,25 @@ def test_template_kwargs_are_resolved_once_per_render_in_a_session_too(monkeypat
         assert session.render(msgs, **kwargs) == direct
         assert len(calls) == 2 + turn
     assert direct.ignored_template_kwargs == ("unread",)
+
+
+def test_a_family_wraps_a_renderer_and_offers_its_methods_unchanged() -> None:
+    import inspect
+
+    from boundary.renderer import Renderer
+
+    fam = family("qwen3_5")
+    assert not isinstance(fam, Renderer) and isinstance(fam.renderer, Renderer)
+    delegated = ("render", "render_prepared", "prepare", "normalize", "template", "select_variant")
+    for name in (*delegated, "tool_arguments", "resolve_template_kwargs", "compiled"):
+        assert inspect.signature(getattr(fam, name)) == inspect.signature(getattr(fam.renderer, name)), name
+        assert getattr(boundary.Family, name).__doc__ == getattr(Renderer, name).__doc__, name
+    for name in ("spec", "name", "templates", "tokenizer", "default_variant", "limits"):
+        assert getattr(fam, name) is getattr(fam.renderer, name), name
+    msgs = [{"role": "user", "content": "hi"}]
+    assert fam.render(msgs, enable_thinking=False) == fam.renderer.render(msgs, enable_thinking=False)
+    assert repr(fam).startswith("Family('qwen3_5'")
+
 
 # -- held-out real templates ----------------------------------------------------------------------
 HELD_OUT = ROOT / "fixtures" / "held_out_templates"
