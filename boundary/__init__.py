@@ -10,17 +10,18 @@ import it.
 
 Data flows one way, and imports follow it (``tests/test_imports.py`` fails on any cycle):
 
-    spec, registry (family.toml data)  ->  request (protocol)  ->  render (render, sandbox,
-    instrumentation, continuation, template_kwargs)  ->  boundaries (boundaries, tokenizer,
-    encoding)  ->  renderer (one pass: ids, U_end, P_end)  ->  checkpoints, retention_policy
-    ->  outputs (codec, reading)  ->  round trip (roundtrip, divergence)  ->  horizon
-    ->  audit / experiment / cache model  ->  cli; integrations/vllm on top.
+    spec, registry (family.toml data)  ->  request (request/: models, validation, limits,
+    identity)  ->  render (template_run: compile and run the instrumented template, with
+    instrumentation, flag_flip, sandbox; marks: read the marks into positions; continuation,
+    template_kwargs)  ->  boundaries (boundaries, tokenizer, encoding: a ``Rendering``, in
+    rendering)  ->  renderer (one pass: ids, U_end, P_end)  ->  session, checkpoints,
+    retention_policy  ->  outputs (codec, reading)  ->  round trip (roundtrip, divergence)
+    ->  horizon  ->  audit / experiment / cache model  ->  cli; integrations/vllm on top.
 
-``Family`` (``boundary.family``) is a thin facade over the renderer that adds sessions and
-the round trip; nothing below it imports it. ``import boundary`` never imports vllm.
+``Family`` (``boundary.family``) is a thin facade that wraps a ``Renderer`` and adds sessions
+and the round trip; nothing below it imports it. ``import boundary`` never imports vllm.
 """
 
-from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind, materialize
 from boundary.divergence import Cause
 from boundary.errors import (
@@ -38,8 +39,11 @@ from boundary.family import Family, FamilySpec, family_names, family_spec, load_
 from boundary.horizon import Horizon, stability_horizon
 from boundary.offsets import Boundary, BoundaryStatus, CharOffset, Span, TokenOffset
 from boundary.outputs import GeneratedOutput, OutputStatus, ParsedOutput, format_output, parse_output
-from boundary.roundtrip import ClientHabits, RoundTrip, verify_round_trip
+from boundary.renderer import Renderer
+from boundary.rendering import Rendering
+from boundary.roundtrip import ClientHabits, ContinuationCheck, RoundTrip, Tail, verify_round_trip
 from boundary.sandbox import RenderLimits
+from boundary.session import Session, SessionCache, SessionStats
 from boundary.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
@@ -53,6 +57,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointKind",
     "ClientHabits",
+    "ContinuationCheck",
     "Family",
     "FamilySpec",
     "GeneratedOutput",
@@ -62,11 +67,16 @@ __all__ = [
     "ParsedOutput",
     "RenderLimitExceeded",
     "RenderLimits",
+    "Renderer",
     "Rendering",
     "RequestError",
     "RoundTrip",
     "SandboxViolation",
+    "Session",
+    "SessionCache",
+    "SessionStats",
     "Span",
+    "Tail",
     "TemplateError",
     "TemplateLoadError",
     "TemplateRenderError",

@@ -1,7 +1,7 @@
-"""A rendered prompt in tokens, with its boundaries: U_end (input end) and P_end (prompt end).
+"""Encoding a rendered text into a ``Rendering``: token ids and the boundaries U_end and P_end.
 
-Where it sits: after render (it encodes the ``TextRendering``) and before checkpoints and
-everything that reads ids.
+Where it sits: after render (it encodes the ``TextRendering`` that ``boundary.marks`` reads)
+and before the renderer, which returns the ``Rendering`` (``boundary.rendering``) built here.
 
 ``encode_rendering`` is the tokenization stage: one encode of the full text (exactly the
 ids ``apply_chat_template(tokenize=True)`` returns), then each char boundary floored to
@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
-from boundary.checkpoints import Checkpoint, CheckpointKind
+from boundary.encoding import Clock
 from boundary.errors import TokenizerError
+from boundary.marks import TextRendering
 from boundary.offsets import (
     Boundary,
-    BoundaryStatus,
     CharOffset,
     PiecewiseTokenMap,
     ShiftedTokenMap,
@@ -29,71 +28,25 @@ from boundary.offsets import (
     TokenOffset,
     locate,
 )
-from boundary.render import TextRendering
+from boundary.rendering import Rendering
 from boundary.tokenizer import Tokenizer
 
-
-@dataclass(frozen=True, slots=True)
-class Rendering:
-    """One rendered request.
-
-    Invariants: ``text`` is exactly what transformers renders and ``token_ids`` exactly what
-    it tokenizes; ``p_end == len(token_ids)``; when found, ``u_end <= p_end`` and
-    ``token_ids[:u_end]`` decodes to a prefix of ``text[:input_end.char]``.
-
-    With ``continue_final_message`` (a prefilled final message the model continues), the text
-    ends where transformers cuts it, after the final message's content, so P_end is the end
-    of the prefilled content; U_end is where the template's message loop began that final
-    message (``message_starts[-1]``, from the same render), never beyond where the
-    generation-prompt probe found the history to end, floored to a token boundary. It is
-    UNAVAILABLE, with a reason, when the loop never began the final message or the probe
-    found nothing.
-
-    ``ignored_template_kwargs`` names the template kwargs that were dropped because the
-    template never reads them (as vLLM drops them), in the order given; ``template_kwargs``
-    are those that reached the template (None where not recorded): the output readers take
-    them as the request's ``chat_template_kwargs`` when none are given.
-    """
-
-    text: str
-    token_ids: list[int]
-    input_end: Boundary
-    message_starts: tuple[CharOffset | None, ...] = ()
-    generation_spans: tuple[Span, ...] = ()
-    token_map: TokenMap = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
-    ignored_template_kwargs: tuple[str, ...] = ()
-    template_kwargs: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def u_end(self) -> TokenOffset | None:
-        """U_end in tokens, or None when the template cannot expose it (see ``input_end.reason``)."""
-        return self.input_end.token if self.input_end.status is BoundaryStatus.FOUND else None
-
-    @property
-    def p_end(self) -> TokenOffset:
-        return TokenOffset(len(self.token_ids))
-
-    def boundary_at(self, char: CharOffset) -> Boundary:
-        """The deepest token boundary at or before text position ``char``."""
-        return locate(self.token_map, char)
-
-    def checkpoint(
-        self, unit: int, kind: CheckpointKind | str = CheckpointKind.INPUT_END
-    ) -> Checkpoint | None:
-        """Where checkpoint ``kind`` (``input_end`` or ``prompt_end``) materializes for
-        ``prefix_match_unit=unit``; None when U_end is unavailable."""
-        kind = CheckpointKind(kind)
-        if kind is CheckpointKind.PROMPT_END:
-            return Checkpoint.at(kind, self.p_end, unit)
-        if kind is CheckpointKind.INPUT_END:
-            return None if self.u_end is None else Checkpoint.at(kind, self.u_end, unit)
-        raise ValueError(f"a rendering alone has no {kind.value} checkpoint")
+Encoder = Callable[[str, Clock | None], tuple[list[int], TokenMap]]
+"""An encoder hook: a rendered text's ids (exactly the tokenizer's) and token map, the clock
+read while encoding. Sessions pass one that reuses the previous request's ids."""
 
 
-def encode_rendering(rendered: TextRendering, tokenizer: Tokenizer) -> Rendering:
-    """The tokenization stage, under the render's deadline (``RenderLimitExceeded`` past it)."""
-    enc = tokenizer.encode(rendered.text, clock=rendered.deadline)
-    result = assemble(rendered, rendered.text, enc.ids, enc.token_map, lambda c: c)
+def encode_rendering(
+    rendered: TextRendering, tokenizer: Tokenizer, encoder: Encoder | None = None
+) -> Rendering:
+    """The tokenization stage, under the render's deadline (``RenderLimitExceeded`` past it):
+    the text encoded by ``encoder`` where given, else by ``tokenizer`` in full."""
+    if encoder is None:
+        enc = tokenizer.encode(rendered.text, clock=rendered.deadline)
+        ids, token_map = enc.ids, enc.token_map
+    else:
+        ids, token_map = encoder(rendered.text, rendered.deadline)
+    result = assemble(rendered, rendered.text, ids, token_map, lambda c: c)
     if rendered.deadline is not None:  # placing U_end may have encoded one segment again
         rendered.deadline.check_tokenizing()
     return result

@@ -1,6 +1,6 @@
 """``continue_final_message``: rendering the final message open for the model to continue.
 
-Where it sits: in the render stage, around ``boundary.render.render_text`` — it edits the
+Where it sits: in the render stage, around ``boundary.template_run.run_template`` — it edits the
 validated messages before the render and cuts the ``TextRendering`` after it, exactly as
 transformers' ``render_jinja_template`` does: the final message's text gets a tag appended,
 the chat is rendered, and the text is cut where the tag begins.
@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from boundary.errors import RequestError, TemplateRenderError
+from boundary.marks import TextRendering
 from boundary.offsets import CharOffset, Span
-from boundary.render import TextRendering
 
 CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
 

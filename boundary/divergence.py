@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from boundary.boundaries import Rendering
 from boundary.offsets import BoundaryStatus, CharOffset
 from boundary.outputs import OutputFormat, ParsedOutput, RegionKind
 from boundary.outputs.model import OutputStatus
 from boundary.prefixes import common_prefix_length
 from boundary.renderer import Renderer
+from boundary.rendering import Rendering
 
 
 class Cause(StrEnum):

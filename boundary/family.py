@@ -1,9 +1,10 @@
-"""The ``Family`` facade: a renderer plus the features serving frontends call on it.
+"""The ``Family`` facade: a ``Renderer`` wrapped with the features serving frontends call on it.
 
 Where it sits: the top of the library, above every stage it composes — spec
 (``boundary.spec``, data), registry (``boundary.registry``, shipped ``templates/``), the
 one-pass renderer (``boundary.renderer``), sessions (``boundary.session``) and the round trip
-(``boundary.roundtrip``). Those take a ``Renderer`` and never import this module back.
+(``boundary.roundtrip``). Those take a ``Renderer`` (their public entry points a ``Family`` in
+its place: ``renderer_of``) and never import this module back.
 
     fam = load_family("qwen3_5")                       # shipped: template + vocabulary + spec
     fam = Family.from_pretrained("/models/Qwen3.5")    # a local model directory
@@ -15,16 +16,17 @@ from __future__ import annotations
 import os
 import re
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from types import MethodType
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar, cast, overload
 from urllib.parse import urlparse
 
 from boundary.errors import ModelNotFoundError, TemplateLoadError
 from boundary.outputs import GeneratedOutput
-from boundary.protocol import Message
 from boundary.registry import family_names, family_spec, shipped_templates, shipped_tokenizer
 from boundary.renderer import Renderer
+from boundary.request.models import Message
 from boundary.roundtrip import RoundTrip, verify_round_trip
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.session import Session, SessionCache
@@ -52,9 +54,85 @@ __all__ = [
 ]
 
 
-class Family(Renderer):
-    """Templates + tokenizer + spec (``Renderer``: ``render`` is one pass giving text, ids,
-    U_end and P_end), with sessions and the round-trip check on top."""
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class _Delegated(Generic[_P, _R]):
+    """A ``Renderer`` method offered on ``Family``: on a family it is that method bound to the
+    family's renderer (same signature, same docstring)."""
+
+    def __init__(self, method: Callable[Concatenate[Renderer, _P], _R]) -> None:
+        self.method = method
+        self.__doc__ = method.__doc__
+
+    @overload
+    def __get__(self, family: None, owner: type[Family]) -> _Delegated[_P, _R]: ...
+
+    @overload
+    def __get__(self, family: Family, owner: type[Family]) -> Callable[_P, _R]: ...
+
+    def __get__(self, family: Family | None, owner: type[Family]) -> _Delegated[_P, _R] | Callable[_P, _R]:
+        if family is None:
+            return self
+        return cast("Callable[_P, _R]", MethodType(self.method, family.renderer))
+
+
+class Family:
+    """A ``Renderer`` (templates + tokenizer + spec; ``render`` is one pass giving text, ids,
+    U_end and P_end), wrapped with sessions and the round-trip check on top. The renderer's
+    public methods and attributes are delegated; ``renderer`` is the renderer itself, which
+    every stage below takes (they accept a ``Family`` in its place)."""
+
+    def __init__(
+        self,
+        spec: FamilySpec,
+        templates: Mapping[str, str],
+        tokenizer: Tokenizer,
+        *,
+        default_variant: str | None = None,
+        limits: RenderLimits = DEFAULT_LIMITS,
+    ) -> None:
+        self.renderer = Renderer(spec, templates, tokenizer, default_variant=default_variant, limits=limits)
+
+    def __repr__(self) -> str:
+        r = self.renderer
+        return f"Family({r.name!r}, variant={r.default_variant!r}, tokenizer={r.tokenizer!r})"
+
+    # -- the renderer's attributes and methods --------------------------------------------------
+    @property
+    def spec(self) -> FamilySpec:
+        return self.renderer.spec
+
+    @property
+    def name(self) -> str:
+        return self.renderer.name
+
+    @property
+    def templates(self) -> dict[str, str]:
+        return self.renderer.templates
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.renderer.tokenizer
+
+    @property
+    def default_variant(self) -> str:
+        return self.renderer.default_variant
+
+    @property
+    def limits(self) -> RenderLimits:
+        return self.renderer.limits
+
+    render = _Delegated(Renderer.render)
+    render_prepared = _Delegated(Renderer.render_prepared)
+    prepare = _Delegated(Renderer.prepare)
+    normalize = _Delegated(Renderer.normalize)
+    template = _Delegated(Renderer.template)
+    select_variant = _Delegated(Renderer.select_variant)
+    tool_arguments = _Delegated(Renderer.tool_arguments)
+    resolve_template_kwargs = _Delegated(Renderer.resolve_template_kwargs)
+    compiled = _Delegated(Renderer.compiled)
 
     @classmethod
     def from_template(
@@ -102,11 +180,11 @@ class Family(Renderer):
 
     def session(self) -> Session:
         """A renderer for the successive requests of one conversation (see ``boundary.session``)."""
-        return Session(self)
+        return Session(self.renderer)
 
     def sessions(self, capacity: int = 1024) -> SessionCache:
         """Sessions by id, at most ``capacity`` kept (least recently used dropped first)."""
-        return SessionCache(self, capacity)
+        return SessionCache(self.renderer, capacity)
 
     def verify_round_trip(
         self,
@@ -117,7 +195,7 @@ class Family(Renderer):
     ) -> RoundTrip:
         """Whether the committed generated ids answering ``messages`` are a token prefix of the
         next request; see ``boundary.roundtrip.verify_round_trip`` for options and the result."""
-        return verify_round_trip(self, messages, generated_token_ids, next_messages, **options)
+        return verify_round_trip(self.renderer, messages, generated_token_ids, next_messages, **options)
 
 
 def load_family(

@@ -6,7 +6,7 @@ rewrites a template; it only inspects the AST.
 Two questions, both answered statically:
 
 - *Is a statement that names the flag a no-op?* The flag is always passed (transformers and
-  ``render_text`` both pass it), so ``{% set add_generation_prompt = add_generation_prompt
+  ``run_template`` both pass it), so ``{% set add_generation_prompt = add_generation_prompt
   if add_generation_prompt is defined else X %}``, its ``| default(X)`` form and
   ``{% if add_generation_prompt is not defined %}...{% endif %}`` never change it.
 - *Is the first divergent test where the two renders part ways?* The instrumented render marks

@@ -23,12 +23,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from boundary.boundaries import Rendering
 from boundary.offsets import BoundaryStatus, CharOffset
 from boundary.outputs import OutputFormat, ParsedOutput, RegionKind, output_format
 from boundary.outputs.formats.xml_calls import PARAMETERS, written_parameters
 from boundary.outputs.reasoning import Prefill
-from boundary.renderer import Renderer
+from boundary.renderer import HoldsRenderer, Renderer, renderer_of
+from boundary.rendering import Rendering
 from boundary.roundtrip import DEFAULT_HABITS, ClientHabits, control_ids, trailing_controls
 from boundary.spec import HistoryRewrite, RewritePart
 
@@ -61,8 +61,11 @@ def trigger_of(rewrite: HistoryRewrite) -> str:
     return rewrite.trigger
 
 
-def active_rewrites(family: Renderer, template_kwargs: Mapping[str, Any]) -> list[HistoryRewrite]:
+def active_rewrites(
+    family: Renderer | HoldsRenderer, template_kwargs: Mapping[str, Any]
+) -> list[HistoryRewrite]:
     """The family's rewrites that the template kwargs do not switch off."""
+    family = renderer_of(family)
     spec = family.spec
 
     def value(key: str) -> Any:
@@ -225,7 +228,7 @@ def _rewrite_cut(t: _Turn, rewrite: HistoryRewrite) -> _Cut | None:
 
 
 def stability_horizon(
-    family: Renderer,
+    family: Renderer | HoldsRenderer,
     prompt: Rendering,
     generated: Sequence[int],
     parsed: ParsedOutput,
@@ -237,6 +240,7 @@ def stability_horizon(
 ) -> Horizon:
     """Predict the horizon of one turn. ``messages`` are the request's messages (as sent, or
     as ``Family.prepare`` gives them), indexed like ``prompt.message_starts``."""
+    family = renderer_of(family)
     fmt = output_format(family, variant)
     p_char = len(prompt.text)
     u_char = prompt.input_end.char if prompt.input_end.status is BoundaryStatus.FOUND else p_char

@@ -1,10 +1,11 @@
 """The family renderer: one request in, token ids plus U_end / P_end out, in one pass.
 
-Where it sits: the middle of the data flow — request (``protocol``: validate, normalize) ->
-render (``render``: sandboxed, instrumented Jinja; ``continuation``; ``template_kwargs``) ->
-boundaries (``boundaries``: ids, U_end, P_end). Everything downstream (sessions, outputs,
-round trip, horizon, audit, experiment, the vLLM plugin) takes a ``Renderer``; the ``Family``
-facade (``boundary.family``) adds those features on top without them importing it back.
+Where it sits: the middle of the data flow — request (``request``: validate, normalize) ->
+render (``template_run``: sandboxed, instrumented Jinja; ``marks``; ``continuation``;
+``template_kwargs``) -> boundaries (``boundaries``: ids, U_end, P_end, as a ``Rendering``).
+Everything downstream (sessions, outputs, round trip, horizon, audit, experiment, the vLLM
+plugin) takes a ``Renderer``; the ``Family`` facade (``boundary.family``) adds those features
+on top without them importing it back.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, get_args
+from typing import Any, Protocol, get_args
 
 from boundary.boundaries import (
-    Rendering,
+    Encoder,
     encode_rendering,
     encode_rendering_sanitized,
     mark_control_tokens,
@@ -25,20 +26,21 @@ from boundary.boundaries import (
 from boundary.continuation import cut_after_final_message, generation_prompt, open_final_message
 from boundary.encoding import token_pattern
 from boundary.errors import RequestError, TemplateLoadError
-from boundary.protocol import (
+from boundary.marks import TextRendering
+from boundary.rendering import Rendering
+from boundary.request.limits import check_value
+from boundary.request.models import Message, Tool
+from boundary.request.validation import (
     ArgumentsForm,
-    Message,
-    Tool,
-    check_value,
     parse_messages,
     parse_tools,
     to_template_messages,
     to_template_tools,
 )
-from boundary.render import CompiledTemplate, TextRendering, compile_template, render_text
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.spec import FamilySpec
 from boundary.template_kwargs import ResolvedKwargs, resolve_kwargs
+from boundary.template_run import CompiledTemplate, compile_template, run_template
 from boundary.tokenizer import Tokenizer, template_literals
 
 TOOL_USE = "tool_use"
@@ -170,6 +172,7 @@ class Renderer:
 
     def render(
         self,
+        /,
         messages: Sequence[Mapping[str, Any] | Message],
         tools: Sequence[Mapping[str, Any] | Tool] | None = None,
         add_generation_prompt: bool | None = None,
@@ -217,6 +220,7 @@ class Renderer:
 
     def render_prepared(
         self,
+        /,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
         add_generation_prompt: bool | None = None,
@@ -230,9 +234,42 @@ class Renderer:
         **template_kwargs: Any,
     ) -> Rendering:
         """``render`` for messages already validated and normalized by ``prepare``."""
+        return self.render_with_encoder(
+            messages,
+            tools,
+            add_generation_prompt,
+            template_kwargs=template_kwargs,
+            encoder=None,
+            variant=variant,
+            documents=documents,
+            sanitize_control_tokens=sanitize_control_tokens,
+            now=now,
+            continue_final_message=continue_final_message,
+            strict_template_kwargs=strict_template_kwargs,
+        )
+
+    def render_with_encoder(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool | None,
+        *,
+        template_kwargs: Mapping[str, Any],
+        encoder: Encoder | None,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        sanitize_control_tokens: bool = False,
+        now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_template_kwargs: bool = False,
+    ) -> Rendering:
+        """``render_prepared`` with the text encoded by ``encoder`` (None: the tokenizer, in
+        full); sanitizing control tokens encodes the pieces apart and never uses it. The
+        template kwargs are resolved once, here."""
         variant = self.select_variant(variant, tools)
+        resolved = self.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs)
         pattern = self._control_pattern(self.template(variant)) if sanitize_control_tokens else None
-        rendered = self.render_text(
+        rendered = self._text_rendering(
             messages,
             tools,
             add_generation_prompt,
@@ -241,45 +278,34 @@ class Renderer:
             control_pattern=pattern,
             now=now,
             continue_final_message=continue_final_message,
-            strict_template_kwargs=strict_template_kwargs,
-            **template_kwargs,
+            kwargs=resolved.kept,
         )
         if pattern is None:
-            result = encode_rendering(rendered, self.tokenizer)
+            result = encode_rendering(rendered, self.tokenizer, encoder)
         else:
             result = encode_rendering_sanitized(rendered, self.tokenizer, pattern)
-        ignored = self.resolve_template_kwargs(
-            template_kwargs, variant, strict=strict_template_kwargs
-        ).ignored
-        return replace(result, ignored_template_kwargs=ignored) if ignored else result
+        return replace(result, ignored_template_kwargs=resolved.ignored) if resolved.ignored else result
 
-    def render_text(
+    def _text_rendering(
         self,
         messages: Sequence[Mapping[str, Any]],
-        tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool | None = None,
+        tools: list[dict[str, Any]] | None,
+        add_generation_prompt: bool | None,
         *,
-        variant: str | None = None,
-        documents: Sequence[Mapping[str, Any]] | None = None,
-        control_pattern: re.Pattern[str] | None = None,
-        now: datetime | None = None,
-        continue_final_message: bool | str = False,
-        strict_template_kwargs: bool = False,
-        **template_kwargs: Any,
+        variant: str,
+        documents: Sequence[Mapping[str, Any]] | None,
+        control_pattern: re.Pattern[str] | None,
+        now: datetime | None,
+        continue_final_message: bool | str,
+        kwargs: Mapping[str, Any],
     ) -> TextRendering:
-        """The render stage alone: text and char positions, no tokens. With ``control_pattern``
-        (sanitizing), control tokens in the inputs come back wrapped in markers. With
-        ``continue_final_message`` the text ends after the final message's content and
-        ``input_end`` is that message's start (see ``Rendering``)."""
-        source = self.template(self.select_variant(variant, tools))
+        """The render stage alone: text and char positions, no tokens, with ``kwargs`` (the
+        resolved template kwargs) passed. With ``control_pattern`` (sanitizing), control
+        tokens in the inputs come back wrapped in markers. With ``continue_final_message``
+        the text ends after the final message's content and ``input_end`` is that message's
+        start (see ``Rendering``)."""
+        source = self.template(variant)
         compiled = self.compiled(source)
-        kwargs = resolve_kwargs(
-            self.spec,
-            self.tokenizer.special_tokens_map,
-            template_kwargs,
-            compiled.variables,
-            strict=strict_template_kwargs,
-        ).kept
         prompt_flag = generation_prompt(add_generation_prompt, continue_final_message)
         for i, document in enumerate(documents or ()):
             check_value(document, f"documents[{i}]")
@@ -290,7 +316,7 @@ class Renderer:
         final: str | None = None
         if continue_final_message:
             messages, final = open_final_message(messages, continue_final_message, source)
-        rendered = render_text(
+        rendered = run_template(
             compiled,
             messages,
             tools=tools,
@@ -321,3 +347,16 @@ class Renderer:
                 self.tokenizer.control_tokens(template_literals(source))
             )
         return self._control_patterns[key]
+
+
+class HoldsRenderer(Protocol):
+    """A facade over a ``Renderer`` (``boundary.family.Family``): the public entry points of
+    the stages below take one in a renderer's place."""
+
+    @property
+    def renderer(self) -> Renderer: ...
+
+
+def renderer_of(family: Renderer | HoldsRenderer) -> Renderer:
+    """``family`` itself when it is a ``Renderer``, else the renderer it wraps."""
+    return family if isinstance(family, Renderer) else family.renderer

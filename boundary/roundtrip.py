@@ -28,7 +28,6 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint, CheckpointKind
 from boundary.divergence import Cause, classify, head_change
 from boundary.errors import TemplateRenderError
@@ -41,7 +40,8 @@ from boundary.outputs import (
     parse_output,
 )
 from boundary.prefixes import common_prefix_length
-from boundary.renderer import Renderer
+from boundary.renderer import HoldsRenderer, Renderer, renderer_of
+from boundary.rendering import Rendering
 
 
 class Tail(StrEnum):
@@ -142,7 +142,7 @@ def control_ids(family: Renderer, fmt: OutputFormat) -> frozenset[int]:
 
 
 def check_continuation(
-    family: Renderer,
+    family: Renderer | HoldsRenderer,
     prompt: Rendering,
     generated: Sequence[int],
     parsed: ParsedOutput,
@@ -158,6 +158,7 @@ def check_continuation(
     """Compare ``prompt + generated`` with ``next_rendering`` (already rendered). ``roles`` are
     the request's message roles (they tell the system prompt from the conversation); ``head``
     where the client changed the prompt's head (``divergence.head_change``)."""
+    family = renderer_of(family)
     fmt = output_format(family, variant)
     p = len(prompt.token_ids)
     seq = prompt.token_ids + list(generated)
@@ -246,7 +247,7 @@ def continuation_messages(
 
 
 def verify_round_trip(
-    family: Renderer,
+    family: Renderer | HoldsRenderer,
     messages: Sequence[Mapping[str, Any] | Any],
     generated: Sequence[int] | GeneratedOutput,
     next_messages: Sequence[Mapping[str, Any] | Any] | None = None,
@@ -262,6 +263,7 @@ def verify_round_trip(
 ) -> RoundTrip:
     """Verify that the committed ``generated`` ids of the turn answering ``messages`` are a
     token prefix of the next request (``next_messages``, or the probed continuations)."""
+    family = renderer_of(family)
     ids = list(generated.token_ids if isinstance(generated, GeneratedOutput) else generated)
     render_kwargs: dict[str, Any] = {"variant": variant, "arguments": habits.arguments, **template_kwargs}
     prompt = family.render(messages, tools, True, now=now, **render_kwargs)

@@ -6,7 +6,7 @@ incrementally; the ``Family`` facade offers it.
 A serving frontend renders every turn of a conversation, and each request repeats the whole
 history. ``Session.render`` gives exactly what ``Family.render`` gives for the same request,
 but only validates the messages it has not seen (by exact content: key order and value
-types kept, see ``boundary.request_identity``) and only tokenizes the text after the last
+types kept, see ``boundary.request.identity``) and only tokenizes the text after the last
 point where (a) the new text agrees with the previous request's text and (b) the token
 stream is provably cut there: a safe cut that the tokenizer's encoder itself declares
 (``Tokenizer.cut_rule``, rule in ``boundary.encoding``) lying at least ``lookahead``
@@ -25,25 +25,24 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from boundary.boundaries import Rendering, assemble
 from boundary.encoding import Clock, Cut, CutTokenMap
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
-from boundary.protocol import (
+from boundary.renderer import Renderer, check_arguments
+from boundary.rendering import Rendering
+from boundary.request.identity import ContentKey, item_key, items_key
+from boundary.request.models import Message, Tool
+from boundary.request.validation import (
     ArgumentsForm,
-    Message,
-    Tool,
     call_ids_of,
     parse_messages,
     parse_tools,
     to_template_tools,
 )
-from boundary.renderer import Renderer, check_arguments
-from boundary.request_identity import ContentKey, item_key, items_key
 
 
 @dataclass(slots=True)
@@ -60,7 +59,7 @@ class Session:
     """Renders the successive requests of one conversation; results equal ``Family.render``.
 
     A message counts as seen only when its exact content is: each message given is keyed by
-    ``boundary.request_identity.item_key`` (key order and value types kept, ``1`` / ``1.0`` /
+    ``boundary.request.identity.item_key`` (key order and value types kept, ``1`` / ``1.0`` /
     ``True`` distinct), taken when it is rendered, so a caller may pass freshly parsed dicts
     every turn or edit earlier message objects in place between turns. Tools are keyed the
     same way, as a whole. Everything kept was validated under one ``(arguments,
@@ -96,43 +95,27 @@ class Session:
         strict_template_kwargs: bool = False,
         **template_kwargs: Any,
     ) -> Rendering:
-        """Same signature and result as ``Family.render``."""
+        """Same signature and result as ``Family.render``: the renderer renders the prepared
+        messages, with this session's encoder (``_encode``) in place of a full encode."""
         fam = self.family
         check_arguments(arguments)
         normalized = self._prepare(messages, arguments or fam.tool_arguments(variant), strict_request)
         self._prepare_tools(tools, strict_request)
-        options: dict[str, Any] = {
-            "continue_final_message": continue_final_message,
-            "strict_template_kwargs": strict_template_kwargs,
-        }
         if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
             self._text, self._ids, self._cuts = "", [], []
-            return fam.render_prepared(
-                normalized,
-                self._tools,
-                add_generation_prompt,
-                variant=variant,
-                documents=documents,
-                sanitize_control_tokens=True,
-                now=now,
-                **options,
-                **template_kwargs,
-            )
-        rendered = fam.render_text(
+        return fam.render_with_encoder(
             normalized,
             self._tools,
             add_generation_prompt,
+            template_kwargs=template_kwargs,
+            encoder=None if sanitize_control_tokens else self._encode,
             variant=variant,
             documents=documents,
+            sanitize_control_tokens=sanitize_control_tokens,
             now=now,
-            **options,
-            **template_kwargs,
+            continue_final_message=continue_final_message,
+            strict_template_kwargs=strict_template_kwargs,
         )
-        text = rendered.text
-        ids, token_map = self._encode(text, rendered.deadline)
-        result = assemble(rendered, text, ids, token_map, lambda c: c)
-        ignored = fam.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs).ignored
-        return replace(result, ignored_template_kwargs=ignored) if ignored else result
 
     def _prepare(
         self, messages: Sequence[Any], arguments: ArgumentsForm, strict: bool = False

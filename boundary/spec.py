@@ -1,6 +1,6 @@
 """Family specs: the per-family facts boundary needs, as data (``templates/<family>/family.toml``).
 
-Where it sits: the bottom of the data flow, beside ``protocol`` — every later stage (render,
+Where it sits: the bottom of the data flow, beside ``request`` — every later stage (render,
 outputs, round trip, horizon, audit) reads these models; they import nothing of boundary's
 but the request vocabulary. Per-family differences live here as data, never in subclasses:
 reasoning tags, tool-call format, output quirks (``OutputSpec``) and the history-rewrite rule
@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from boundary.protocol import ArgumentsForm
+from boundary.request.validation import ArgumentsForm
 
 
 class _Spec(BaseModel):

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from boundary.errors import RequestError
-from boundary.protocol import check_value
+from boundary.request.limits import check_value
 from boundary.spec import FamilySpec
 
 # vLLM refuses these in a request's chat_template_kwargs (resolve_chat_template_kwargs).

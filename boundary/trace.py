@@ -38,7 +38,7 @@ Every error names the file and line, and the session when the line has one:
 meet, so that ``boundary audit`` and ``boundary experiment`` refuse the same lines with the same
 message: bytes that are not UTF-8, JSON nested too deeply to parse, token ids outside
 ``[0, 2**32)`` (as ints, not floats or strings), and chat requests whose ``messages`` /
-``tools`` / ``output.message`` fail boundary's request validation (``boundary.protocol``:
+``tools`` / ``output.message`` fail boundary's request validation (``boundary.request``:
 shapes, nesting, lone surrogates).
 
 ``tau_bench_trace`` turns the shipped tau-bench airline trajectories into such a trace, with
@@ -66,7 +66,8 @@ from pydantic import (
 )
 
 from boundary.errors import RequestError
-from boundary.protocol import check_message_limits, parse_messages, parse_tools
+from boundary.request.limits import check_message_limits
+from boundary.request.validation import parse_messages, parse_tools
 from boundary.trace_times import check_arrivals
 
 TokenId = Annotated[int, Field(ge=0, lt=2**32, strict=True)]

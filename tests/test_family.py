@@ -200,6 +200,48 @@ def test_template_kwargs_reach_the_template() -> None:
     assert on.u_end == off.u_end
 
 
+@pytest.mark.parametrize("sanitize", [False, True])
+def test_template_kwargs_are_resolved_once_per_render_in_a_session_too(monkeypatch, sanitize: bool) -> None:
+    import boundary.renderer as renderer_module
+
+    calls: list[object] = []
+    real = renderer_module.resolve_kwargs
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(renderer_module, "resolve_kwargs", counting)
+    fam = family("qwen3_5")
+    msgs = [{"role": "user", "content": "hi"}]
+    kwargs = {"enable_thinking": False, "unread": 1, "sanitize_control_tokens": sanitize}
+    direct = fam.render(msgs, **kwargs)
+    assert len(calls) == 1
+    session = fam.session()
+    for turn in range(2):
+        assert session.render(msgs, **kwargs) == direct
+        assert len(calls) == 2 + turn
+    assert direct.ignored_template_kwargs == ("unread",)
+
+
+def test_a_family_wraps_a_renderer_and_offers_its_methods_unchanged() -> None:
+    import inspect
+
+    from boundary.renderer import Renderer
+
+    fam = family("qwen3_5")
+    assert not isinstance(fam, Renderer) and isinstance(fam.renderer, Renderer)
+    delegated = ("render", "render_prepared", "prepare", "normalize", "template", "select_variant")
+    for name in (*delegated, "tool_arguments", "resolve_template_kwargs", "compiled"):
+        assert inspect.signature(getattr(fam, name)) == inspect.signature(getattr(fam.renderer, name)), name
+        assert getattr(boundary.Family, name).__doc__ == getattr(Renderer, name).__doc__, name
+    for name in ("spec", "name", "templates", "tokenizer", "default_variant", "limits"):
+        assert getattr(fam, name) is getattr(fam.renderer, name), name
+    msgs = [{"role": "user", "content": "hi"}]
+    assert fam.render(msgs, enable_thinking=False) == fam.renderer.render(msgs, enable_thinking=False)
+    assert repr(fam).startswith("Family('qwen3_5'")
+
+
 # -- held-out real templates ----------------------------------------------------------------------
 HELD_OUT = ROOT / "fixtures" / "held_out_templates"
 # What each held-out template reads among the kwargs clients send to every model (hand-checked

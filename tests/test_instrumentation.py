@@ -11,7 +11,7 @@ import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from boundary.prefixes import common_prefix_length
-from boundary.render import compile_template, render_text
+from boundary.template_run import compile_template, run_template
 
 MESSAGES = [
     {"role": "system", "content": "be brief"},
@@ -30,7 +30,7 @@ def reference(source: str, add_generation_prompt: bool, messages: list[dict[str,
 
 
 def ours(source: str, add_generation_prompt: bool = True, messages: list[dict[str, Any]] = MESSAGES):
-    return render_text(compile_template(source), messages, add_generation_prompt=add_generation_prompt)
+    return run_template(compile_template(source), messages, add_generation_prompt=add_generation_prompt)
 
 
 def divergence(source: str, messages: list[dict[str, Any]] = MESSAGES) -> int:

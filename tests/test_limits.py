@@ -22,8 +22,8 @@ import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
 import boundary
-from boundary.render import compile_template, render_text
 from boundary.sandbox import RenderLimits, Sandbox
+from boundary.template_run import compile_template, run_template
 
 MESSAGES = [
     {"role": "system", "content": "be brief"},
@@ -180,7 +180,7 @@ HARNESS = textwrap.dedent(
     """
     import json, os, resource, sys, time
     import boundary
-    from boundary.render import compile_template, render_text
+    from boundary.template_run import compile_template, run_template
     from boundary.sandbox import RenderLimits
 
     MESSAGES = [{"role": "user", "content": "hi"}]
@@ -201,7 +201,7 @@ HARNESS = textwrap.dedent(
         limits = RenderLimits(**overrides)
         t0 = time.monotonic()
         try:
-            render_text(compile_template(source, limits), MESSAGES, limits=limits)
+            run_template(compile_template(source, limits), MESSAGES, limits=limits)
             outcome, message = "ok", ""
         except boundary.BoundaryError as exc:
             outcome, message = type(exc).__name__, str(exc)
@@ -350,7 +350,7 @@ def _reference(source: str) -> str:
 
 @pytest.mark.parametrize("source", UNDER_LIMITS)
 def test_under_the_limits_the_text_is_transformers(source: str) -> None:
-    ours = render_text(compile_template(source, SMALL), MESSAGES, add_generation_prompt=False, limits=SMALL)
+    ours = run_template(compile_template(source, SMALL), MESSAGES, add_generation_prompt=False, limits=SMALL)
     reference = _reference(source)
     if "lipsum" in source or "strftime_now" in source:
         assert len(ours.text) == len(reference)
@@ -372,24 +372,24 @@ def test_under_the_limits_the_text_is_transformers(source: str) -> None:
     ],
 )
 def test_the_limit_is_exact_for_what_is_measured_exactly(under: str, over: str) -> None:
-    text = render_text(compile_template(under, SMALL), MESSAGES, limits=SMALL).text
+    text = run_template(compile_template(under, SMALL), MESSAGES, limits=SMALL).text
     assert text == _reference(under)
     with pytest.raises(boundary.RenderLimitExceeded, match="max_string_chars=20,000"):
-        render_text(compile_template(over, SMALL), MESSAGES, limits=SMALL)
+        run_template(compile_template(over, SMALL), MESSAGES, limits=SMALL)
 
 
 def test_what_a_render_builds_in_all_is_bounded() -> None:
     limits = RenderLimits(max_total_chars=1_000_000)
     source = LIST_LOOP + "{% set ns.l = ns.l + [ns.l] %}{% endfor %}"
     with pytest.raises(boundary.RenderLimitExceeded, match="max_total_chars"):
-        render_text(compile_template(source, limits), MESSAGES, limits=limits)
+        run_template(compile_template(source, limits), MESSAGES, limits=limits)
 
 
 def test_filters_iterating_in_python_count_against_the_step_limit() -> None:
     limits = RenderLimits(max_loop_steps=1_000)
     source = "{{ range(5000)|map('string')|list|length }}"
     with pytest.raises(boundary.RenderLimitExceeded, match="max_loop_steps"):
-        render_text(compile_template(source, limits), MESSAGES, limits=limits)
+        run_template(compile_template(source, limits), MESSAGES, limits=limits)
 
 
 def test_measured_sizes_bound_what_python_builds() -> None:
@@ -453,7 +453,7 @@ def jinja2_undefined() -> Any:
 def test_a_render_holds_its_deadline_only_while_it_runs() -> None:
     from boundary.sandbox import active_deadline
 
-    render_text(compile_template("{{ 'x' * 300 }}"), MESSAGES)
+    run_template(compile_template("{{ 'x' * 300 }}"), MESSAGES)
     assert active_deadline() is None
     # outside a render the per-operation checks still hold
     env = Sandbox(SMALL)
@@ -467,6 +467,6 @@ def test_loop_steps_and_filter_steps_count_against_one_budget() -> None:
     loop = "{% for i in range(600) %}{% endfor %}"
     sort = "{{ (range(600)|list)|sort|length }}"
     for alone in (loop, sort):  # each stays under the limit on its own
-        render_text(compile_template(alone, limits), MESSAGES, limits=limits)
+        run_template(compile_template(alone, limits), MESSAGES, limits=limits)
     with pytest.raises(boundary.RenderLimitExceeded, match="max_loop_steps"):
-        render_text(compile_template(loop + sort, limits), MESSAGES, limits=limits)
+        run_template(compile_template(loop + sort, limits), MESSAGES, limits=limits)

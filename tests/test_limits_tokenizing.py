@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.render import compile_template
 from boundary.sandbox import DEFAULT_LIMITS
+from boundary.template_run import compile_template
 
 # What tokenizing an output of DEFAULT_LIMITS.max_output_chars may add to a process at most
 # (docs/limits.md), and the address space a case may add (tiktoken and tokenizers reserve more
@@ -231,7 +231,7 @@ def test_the_segment_encoder_reads_the_clock_at_least_every_64_ki_characters() -
 @pytest.mark.parametrize("family", ["qwen3", "deepseek_v3"])
 def test_a_rendering_past_its_deadline_is_refused_by_tokenizing(family: str) -> None:
     from boundary.boundaries import encode_rendering
-    from boundary.render import TextRendering
+    from boundary.marks import TextRendering
     from boundary.sandbox import Deadline, RenderLimits
 
     rendered = TextRendering(

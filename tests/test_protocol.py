@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import boundary
-from boundary.protocol import parse_messages, parse_tools, to_template_messages
+from boundary.request.validation import parse_messages, parse_tools, to_template_messages
 
 CALL = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": '{"a": 1}'}}
 

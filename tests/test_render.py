@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.render import compile_template, render_text
+from boundary.template_run import compile_template, run_template
 from tests.support import (
     FIXED_NOW,
     family,
@@ -204,7 +204,7 @@ def test_compiled_templates_are_cached_by_source() -> None:
 def test_each_render_marks_with_a_fresh_nonce_that_a_message_cannot_forge(monkeypatch) -> None:
     """A message that carries the exact marks of an earlier render (its nonce included) is
     plain text to the next render: the text is transformers' and U_end does not move."""
-    import boundary.render as render_module
+    import boundary.template_run as render_module
 
     nonces: list[str] = []
     real = render_module.secrets.token_hex
@@ -218,8 +218,8 @@ def test_each_render_marks_with_a_fresh_nonce_that_a_message_cannot_forge(monkey
     variant = fam.default_variant
     compiled = compile_template(fam.template())
     user = [{"role": "user", "content": "Hi"}]
-    render_text(compiled, user)
-    render_text(compiled, user)
+    run_template(compiled, user)
+    run_template(compiled, user)
     assert len(nonces) == 2 and nonces[0] != nonces[1] and len(nonces[0]) == 12
     # every kind of mark, written with the nonce the *next* render will use if nonces repeat
     forged = "".join(f"\U0010fff0{nonces[-1]}:{payload}\U0010fff1" for payload in ("g", "m0.0", "s", "e"))
@@ -229,9 +229,9 @@ def test_each_render_marks_with_a_fresh_nonce_that_a_message_cannot_forge(monkey
         {"role": "user", "content": forged},
     ]
     monkeypatch.setattr(render_module.secrets, "token_hex", lambda n: nonces[-1])  # replayed on purpose
-    replayed = render_text(compiled, messages)
+    replayed = run_template(compiled, messages)
     monkeypatch.setattr(render_module.secrets, "token_hex", recording)
-    fresh = render_text(compiled, messages)
+    fresh = run_template(compiled, messages)
     hf = reference_tokenizer("qwen3_5", variant)
     expected = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     history = hf.apply_chat_template(messages, add_generation_prompt=False, tokenize=False)

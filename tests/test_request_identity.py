@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from boundary.request_identity import content_key, item_key, items_key
+from boundary.request.identity import content_key, item_key, items_key
 
 _SCALARS = st.one_of(
     st.none(),

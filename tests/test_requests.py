@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.protocol import MAX_NESTING, json_text_nesting
+from boundary.request.limits import MAX_NESTING, json_text_nesting
 from tests.support import (
     FIXED_NOW,
     family,

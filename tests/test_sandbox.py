@@ -5,15 +5,15 @@ from __future__ import annotations
 import pytest
 
 import boundary
-from boundary.render import compile_template, render_text
 from boundary.sandbox import RenderLimits
+from boundary.template_run import compile_template, run_template
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 def _render(src: str, limits: RenderLimits | None = None) -> str:
     compiled = compile_template(src, limits or RenderLimits())
-    return render_text(compiled, MESSAGES, limits=limits or RenderLimits()).text
+    return run_template(compiled, MESSAGES, limits=limits or RenderLimits()).text
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from transformers.utils.chat_template_utils import render_jinja_template
 
 from boundary.errors import BoundaryError
 from boundary.prefixes import common_prefix_length
-from boundary.render import compile_template, render_text
+from boundary.template_run import compile_template, run_template
 
 CONVERSATIONS: list[list[dict[str, Any]]] = [
     [{"role": "user", "content": "hi"}],
@@ -186,7 +186,7 @@ def _reference(source: str, messages: list[dict[str, Any]], flag: bool) -> str |
 
 def _ours(source: str, messages: list[dict[str, Any]], flag: bool) -> Any:
     try:
-        return render_text(compile_template(source), messages, add_generation_prompt=flag)
+        return run_template(compile_template(source), messages, add_generation_prompt=flag)
     except BoundaryError:
         return None
 

@@ -30,7 +30,6 @@ from boundary.audit.records import (
     Summary,
     TurnRecord,
 )
-from boundary.boundaries import Rendering
 from boundary.checkpoints import Checkpoint
 from boundary.divergence import head_change
 from boundary.errors import BoundaryError, RequestError
@@ -38,6 +37,7 @@ from boundary.family import Family
 from boundary.horizon import stability_horizon
 from boundary.outputs import ParsedOutput, format_output, parse_output
 from boundary.prefixes import common_prefix_packed, packed
+from boundary.rendering import Rendering
 from boundary.roundtrip import (
     ClientHabits,
     Tail,

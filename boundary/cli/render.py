@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from boundary.cli.options import template_kwargs
 
 if TYPE_CHECKING:
-    from boundary.boundaries import Rendering
+    from boundary.rendering import Rendering
 
 DEFAULT_FAMILY = "qwen3_5"
 

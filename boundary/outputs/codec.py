@@ -18,7 +18,6 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 import boundary.outputs.harmony as harmony
-from boundary.boundaries import Rendering
 from boundary.errors import RequestError, TemplateLoadError
 from boundary.offsets import BoundaryStatus
 from boundary.outputs.formats.base import CallContext, ToolCallSyntax
@@ -35,8 +34,10 @@ from boundary.outputs.model import (
     WrittenCall,
 )
 from boundary.outputs.reasoning import ThinkTags
-from boundary.protocol import AssistantMessage, first_error
-from boundary.renderer import Renderer
+from boundary.renderer import HoldsRenderer, Renderer, renderer_of
+from boundary.rendering import Rendering
+from boundary.request.models import AssistantMessage
+from boundary.request.validation import first_error
 from boundary.spec import FamilySpec
 
 HARMONY = "harmony"
@@ -121,7 +122,7 @@ def _build_format(spec: FamilySpec, variant: str | None) -> OutputFormat:
     )
 
 
-def output_format(family: Renderer | FamilySpec, variant: str | None = None) -> OutputFormat:
+def output_format(family: Renderer | HoldsRenderer | FamilySpec, variant: str | None = None) -> OutputFormat:
     """The output format of a family's ``variant`` (default: the family's default variant)."""
     spec = cast("FamilySpec", getattr(family, "spec", family))
     return _format(spec, variant or getattr(family, "default_variant", None) or spec.default_variant)
@@ -168,7 +169,7 @@ def _text(content: Any) -> str:
 
 
 def format_output(
-    family: Renderer,
+    family: Renderer | HoldsRenderer,
     prompt: Rendering,
     message: Mapping[str, Any] | BaseModel,
     *,
@@ -181,6 +182,7 @@ def format_output(
     text the model wrote, which is what the client received). Raises ``RequestError`` for a
     message the format cannot express (tool calls in a family without a tool-call format).
     """
+    family = renderer_of(family)
     msg = _assistant(message)
     fmt = output_format(family, variant)
     content = _text(msg.content)

@@ -19,7 +19,6 @@ from pydantic import BaseModel
 
 import boundary.outputs.engine_rules as engine_rules
 import boundary.outputs.harmony as harmony
-from boundary.boundaries import Rendering
 from boundary.outputs.arguments import parameter_types
 from boundary.outputs.codec import Backend, OutputFormat, generation_suffix, output_format
 from boundary.outputs.formats.base import CallContext, ReadCall, ToolCallSyntax
@@ -35,12 +34,13 @@ from boundary.outputs.model import (
 )
 from boundary.outputs.reasoning import Prefill
 from boundary.outputs.vllm_backend import engine_read, parser_names
-from boundary.protocol import Tool
-from boundary.renderer import Renderer
+from boundary.renderer import HoldsRenderer, Renderer, renderer_of
+from boundary.rendering import Rendering
+from boundary.request.models import Tool
 
 
 def parse_output(
-    family: Renderer,
+    family: Renderer | HoldsRenderer,
     generated: str | Sequence[int] | GeneratedOutput,
     prompt: Rendering,
     *,
@@ -61,6 +61,7 @@ def parse_output(
     as the request's ``chat_template_kwargs``). With ``"vllm"`` the message is exactly
     vLLM's; status, problem and regions stay boundary's reading of the text.
     """
+    family = renderer_of(family)
     if isinstance(generated, GeneratedOutput):
         text, ids = generated.text, list(generated.token_ids)
     elif isinstance(generated, str):

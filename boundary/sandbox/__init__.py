@@ -1,6 +1,6 @@
 """The Jinja environment chat templates run in.
 
-Where it sits: inside the render stage: ``boundary.render`` renders every template in it;
+Where it sits: inside the render stage: ``boundary.template_run`` runs every template in it;
 ``renderer`` and ``family`` pass its ``RenderLimits`` through.
 
 Templates are untrusted code. They run in jinja2's ``ImmutableSandboxedEnvironment`` with

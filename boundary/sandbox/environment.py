@@ -1,7 +1,7 @@
 """The sandbox environment: transformers' chat-template environment plus the checks.
 
 Where it sits: inside the render stage: the sandbox ``boundary.sandbox`` exports and
-``boundary.render`` renders in.
+``boundary.template_run`` runs in.
 """
 
 from __future__ import annotations

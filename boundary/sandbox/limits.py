@@ -2,7 +2,7 @@
 (``Deadline``); the sizes every estimate is in (see ``boundary.sandbox``).
 
 Where it sits: inside the render stage, at the bottom of the sandbox: every sandbox part and
-``boundary.render`` (``Deadline``) read it.
+``boundary.template_run`` (``Deadline``) read it.
 """
 
 from __future__ import annotations

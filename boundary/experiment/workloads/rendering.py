@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from boundary.audit.production import stop_ids
-from boundary.boundaries import Rendering
 from boundary.errors import BoundaryError, RequestError
 from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.script import (
@@ -39,6 +38,7 @@ from boundary.experiment.workloads.script import (
 from boundary.family import Family
 from boundary.horizon import active_rewrites, stability_horizon, trigger_of
 from boundary.outputs import format_output, parse_output
+from boundary.rendering import Rendering
 from boundary.roundtrip import ClientHabits
 
 

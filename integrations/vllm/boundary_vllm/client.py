@@ -28,11 +28,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from boundary.boundaries import Rendering
 from boundary.errors import BoundaryError
 from boundary.family import Family
 from boundary.horizon import stability_horizon
 from boundary.outputs import parse_output
+from boundary.rendering import Rendering
 from boundary.roundtrip import ClientHabits
 from boundary_vllm.hints import SESSION_KEY, encode_hints
 from boundary_vllm.recording import MISS, UNATTRIBUTED, FinishedRequest

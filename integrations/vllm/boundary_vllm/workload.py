@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from boundary.boundaries import Rendering
 from boundary.family import Family
 from boundary.outputs import GeneratedOutput, format_output
+from boundary.rendering import Rendering
 
 
 @dataclass(frozen=True, slots=True)

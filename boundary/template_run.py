@@ -1,15 +1,14 @@
-"""Render a chat template once, sandboxed, and read the marks the instrumentation left.
+"""Run a chat template once, sandboxed and instrumented: the text and its marks.
 
 Where it sits: the render stage, after the request stage and before boundaries: text and char
-positions, no tokens.
+positions, no tokens. ``boundary.instrumentation`` places the probes, ``boundary.flag_flip``
+evaluates each with the generation flag negated, and ``boundary.marks`` reads the marks the
+run leaves into positions.
 
 ``compile_template`` parses, instruments and compiles a template source (cached by source
-and limits). ``render_text`` renders it and returns the text exactly as transformers'
+and limits). ``run_template`` runs it and returns the text exactly as transformers'
 ``apply_chat_template`` would, together with character positions of the history end
 (U_end), message starts and ``{% generation %}`` spans, all from that one pass.
-
-Marks are ``OPEN + nonce + ":" + payload + CLOSE`` with a fresh random nonce per render, so
-nothing in a message, tool or template kwarg can forge or move one.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -36,7 +35,7 @@ from boundary.errors import (
 )
 from boundary.flag_branches import BranchState
 from boundary.flag_flip import FlippedTest, Unknown, flipped_test
-from boundary.offsets import CharOffset, Span
+from boundary.marks import CLOSE, OPEN, TextRendering, read_marks
 from boundary.sandbox import (
     DEFAULT_LIMITS,
     Deadline,
@@ -46,9 +45,6 @@ from boundary.sandbox import (
     fixed_clock,
 )
 from boundary.sandbox.limits import limited, release, tick
-
-_OPEN = "\U0010fff0"
-_CLOSE = "\U0010fff1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,29 +63,6 @@ class CompiledTemplate:
     @property
     def probes(self) -> int:
         return len(self.flipped)
-
-
-@dataclass(frozen=True, slots=True)
-class TextRendering:
-    """The rendered text and the character positions recorded while rendering it.
-
-    ``input_end`` is U_end in characters, or None with ``input_end_reason`` saying why.
-    ``message_starts[i]`` is where the template's message loop began message ``i`` (None if
-    it never did, e.g. a system message the template renders outside its loop).
-    ``generation_spans`` are the ``{% generation %}`` blocks printed to direct output.
-    ``deadline`` is the render's clock, which tokenizing the text goes on reading (one
-    ``max_seconds`` covers both); None for a text not rendered under limits.
-    ``template_kwargs`` are the template kwargs that reached the template, where the caller
-    recorded them (``Renderer.render_text`` does).
-    """
-
-    text: str
-    input_end: CharOffset | None
-    input_end_reason: str | None
-    message_starts: tuple[CharOffset | None, ...]
-    generation_spans: tuple[Span, ...]
-    deadline: Deadline | None = field(default=None, repr=False, compare=False)
-    template_kwargs: Mapping[str, Any] | None = field(default=None, compare=False)  # None: not known
 
 
 _RECORDER: ContextVar[_Recorder] = ContextVar("boundary_recorder")
@@ -203,7 +176,7 @@ class _Recorder:
     __slots__ = ("_compiled", "_flipped", "_message_ids", "_pending", "_watch", "decided", "nonce", "unknown")
 
     def __init__(self, messages: Sequence[Any], compiled: CompiledTemplate) -> None:
-        self.nonce = _OPEN + secrets.token_hex(6) + ":"
+        self.nonce = OPEN + secrets.token_hex(6) + ":"
         self._message_ids = {id(m): i for i, m in enumerate(messages)}
         self._flipped = compiled.flipped
         self._compiled = compiled
@@ -254,14 +227,14 @@ class _Recorder:
         if not self._pending:
             return ""
         self._pending = False
-        return f"{self.nonce}g{_CLOSE}"
+        return f"{self.nonce}g{CLOSE}"
 
     def message(self, site: int, item: Any) -> str:
         index = self._message_ids.get(id(item))
-        return "" if index is None else f"{self.nonce}m{site}.{index}{_CLOSE}"
+        return "" if index is None else f"{self.nonce}m{site}.{index}{CLOSE}"
 
     def generation(self, start: bool) -> str:
-        return f"{self.nonce}{'s' if start else 'e'}{_CLOSE}"
+        return f"{self.nonce}{'s' if start else 'e'}{CLOSE}"
 
 
 def _template_line(exc: BaseException) -> str:
@@ -273,7 +246,7 @@ def _template_line(exc: BaseException) -> str:
     return "template" if line is None else f"template:{line}"
 
 
-def render_text(
+def run_template(
     compiled: CompiledTemplate,
     messages: Sequence[Mapping[str, Any]],
     *,
@@ -298,7 +271,8 @@ def render_text(
         context["strftime_now"] = fixed_clock(now)
     deadline = Deadline(limits)
     raw = _run(compiled.template, context, recorder, deadline)
-    return _read_marks(raw, recorder, compiled, len(messages), deadline)
+    withdrawn = compiled.unavailable_reason if compiled.unavailable_reason is not None else recorder.unknown
+    return read_marks(raw, recorder.nonce, len(messages), withdrawn=withdrawn, deadline=deadline)
 
 
 def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, deadline: Deadline) -> str:
@@ -345,58 +319,3 @@ def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder
         release(tokens[0])
     deadline.check_time()
     return "".join(chunks)
-
-
-def _read_marks(
-    raw: str, recorder: _Recorder, compiled: CompiledTemplate, n_messages: int, deadline: Deadline
-) -> TextRendering:
-    nonce = recorder.nonce
-    pieces: list[str] = []
-    length = 0
-    first_divergence: int | None = None
-    sites: dict[int, dict[int, int]] = {}
-    spans: list[Span] = []
-    open_at: int | None = None
-    cursor = 0
-    while (at := raw.find(nonce, cursor)) >= 0:
-        pieces.append(raw[cursor:at])
-        length += at - cursor
-        close = raw.index(_CLOSE, at)
-        payload = raw[at + len(nonce) : close]
-        cursor = close + 1
-        kind = payload[0]
-        if kind == "g":
-            if first_divergence is None:
-                first_divergence = length
-        elif kind == "m":
-            site, index = payload[1:].split(".")
-            sites.setdefault(int(site), {})[int(index)] = length
-        elif kind == "s":
-            open_at = length
-        elif kind == "e" and open_at is not None:
-            spans.append(Span(CharOffset(open_at), CharOffset(length)))
-            open_at = None
-    pieces.append(raw[cursor:])
-    text = "".join(pieces)
-
-    if compiled.unavailable_reason is not None:
-        input_end, reason = None, compiled.unavailable_reason
-    elif recorder.unknown is not None:
-        input_end, reason = None, recorder.unknown
-    elif first_divergence is not None:
-        input_end, reason = CharOffset(first_divergence), None
-    else:
-        # No probe disagreed: the generation flag changes nothing for this conversation.
-        input_end, reason = CharOffset(len(text)), None
-    starts = _message_starts(sites, n_messages)
-    return TextRendering(text, input_end, reason, starts, tuple(spans), deadline)
-
-
-def _message_starts(sites: dict[int, dict[int, int]], n: int) -> tuple[CharOffset | None, ...]:
-    """Pick the loop that renders messages: the site whose marks spread over the most
-    distinct positions (a loop that only scans messages leaves them all at one place)."""
-    if not sites:
-        return (None,) * n
-    best = max(sites, key=lambda s: (len(set(sites[s].values())), s))
-    chosen = sites[best]
-    return tuple(CharOffset(chosen[i]) if i in chosen else None for i in range(n))

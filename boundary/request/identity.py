@@ -1,6 +1,6 @@
 """Request identity: whether a message, a tool list or any request value is exactly one seen before.
 
-Where it sits: the request stage, beside ``protocol``; sessions (``boundary.session``) key the
+Where it sits: the request stage, beside ``validation``; sessions (``boundary.session``) key the
 messages and tools they keep validated with it.
 
 Python ``==`` is not identity for a template: it ignores dict key order and holds ``1``,
@@ -22,7 +22,7 @@ Invariants:
   changes a key already taken, so a stored key is the copy of what was rendered.
 
 Pydantic messages and tools (boundary's models, the OpenAI SDK's) are keyed by their
-``model_dump(exclude_unset=True)``, which is what ``protocol`` reads of them.
+``model_dump(exclude_unset=True)``, which is what ``validation`` reads of them.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def content_key(value: object) -> ContentKey | None:
 
 
 def as_read(item: object) -> object:
-    """What ``protocol`` reads of one message or tool: a pydantic model's
+    """What ``validation`` reads of one message or tool: a pydantic model's
     ``model_dump(exclude_unset=True)``, a non-dict mapping as a dict, anything else as is."""
     if isinstance(item, BaseModel):
         return item.model_dump(exclude_unset=True)
@@ -78,12 +78,12 @@ def as_read(item: object) -> object:
 
 
 def item_key(item: object) -> ContentKey | None:
-    """``content_key`` of what ``protocol`` reads of one message or tool (``as_read``)."""
+    """``content_key`` of what ``validation`` reads of one message or tool (``as_read``)."""
     return content_key(as_read(item))
 
 
 def items_key(items: Sequence[object] | None) -> ContentKey | None:
-    """``content_key`` of a whole list of messages or tools as ``protocol`` reads it; ``None``
+    """``content_key`` of a whole list of messages or tools as ``validation`` reads it; ``None``
     (no tools) has a key of its own, distinct from ``[]``."""
     if items is None or isinstance(items, (str, bytes)) or not isinstance(items, Sequence):
         return content_key(items)

@@ -1,6 +1,6 @@
 """Request limits: how deep a field value may nest, and no lone surrogates anywhere.
 
-Where it sits: the request stage, under ``boundary.protocol``: checked on each raw message
+Where it sits: the request stage, under ``boundary.request.validation``: checked on each raw message
 and tool before it is validated into a model (and on tool-call arguments, template kwargs);
 it imports only ``errors``. Every check is iterative or linear-time, so no input can exhaust
 the stack or the clock before it is refused.

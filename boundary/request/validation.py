@@ -1,8 +1,8 @@
 """Typed OpenAI-style chat requests, validated one message at a time.
 
 Where it sits: the first stage, request: what the render stage takes; it imports only
-``errors`` and its two halves, ``request_models`` (the typed models, re-exported here) and
-``request_limits`` (nesting and surrogate checks on raw input, re-exported here).
+``errors`` and its siblings ``models`` (the typed models) and ``limits`` (nesting and
+surrogate checks on raw input).
 
 Validation, normalization and rendering are separate stages: ``parse_messages`` /
 ``parse_tools`` turn untrusted input into models (or raise ``RequestError`` naming the
@@ -27,29 +27,19 @@ from typing import Any, Literal
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from boundary.errors import RequestError
-from boundary.request_limits import (
-    MAX_NESTING,
+from boundary.request.limits import (
     check_message_limits,
     check_object,
-    check_value,
-    json_text_nesting,
 )
-from boundary.request_models import (
+from boundary.request.models import (
     PART_FIELDS,
     REASONING_FIELDS,
     AssistantMessage,
-    Content,
     ContentPart,
-    DeveloperMessage,
-    FunctionCall,
-    FunctionDefinition,
     Message,
-    SystemMessage,
     TextPart,
     Tool,
-    ToolCall,
     ToolMessage,
-    UserMessage,
 )
 
 ROLES = ("system", "developer", "user", "assistant", "tool")
@@ -267,31 +257,3 @@ def to_template_tools(tools: Sequence[Tool] | None) -> list[dict[str, Any]] | No
     if tools is None:
         return None
     return [tool.model_dump(exclude_none=True) for tool in tools]
-
-
-__all__ = [
-    "MAX_NESTING",
-    "PART_FIELDS",
-    "REASONING_FIELDS",
-    "AssistantMessage",
-    "Content",
-    "ContentPart",
-    "DeveloperMessage",
-    "FunctionCall",
-    "FunctionDefinition",
-    "Message",
-    "SystemMessage",
-    "TextPart",
-    "Tool",
-    "ToolCall",
-    "ToolMessage",
-    "UserMessage",
-    "call_ids_of",
-    "check_message_limits",
-    "check_value",
-    "json_text_nesting",
-    "parse_messages",
-    "parse_tools",
-    "to_template_messages",
-    "to_template_tools",
-]

@@ -1,7 +1,7 @@
 """The typed models of an OpenAI-style chat request: messages, content parts, tool calls, tools.
 
-Where it sits: the request stage, under ``boundary.protocol``, which validates raw input
-into these models and turns them into template dicts; it imports only ``request_limits``
+Where it sits: the request stage, under ``boundary.request.validation``, which validates raw
+input into these models and turns them into template dicts; it imports only ``limits``
 (tool-call arguments are held to the request limits as they are validated).
 
 Leniency lives here: every model keeps fields beyond the chat schema (``extra="allow"``)
@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from boundary.request_limits import find_problem
+from boundary.request.limits import find_problem
 
 # Content part types of the OpenAI chat schema and the fields each carries (``strict=True``).
 PART_FIELDS: dict[str, frozenset[str]] = {
