@@ -1,5 +1,8 @@
 """Audit throughput on tau-bench: boundary's audit vs rendering each turn twice with transformers.
 
+Where it sits: outside the package, at the report end: a script nobody imports; it times
+``boundary.audit.runner`` (the whole flow up to the audit's report) against transformers.
+
 The trace is the tau-bench airline trajectories (one request per assistant turn, its output
 the assistant message that follows, with seeded synthetic reasoning). In the same run:
 

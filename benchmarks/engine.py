@@ -4,6 +4,10 @@ with prefix caching off, side by side: reuse (cached / prompt tokens), prompt to
 prefill, time to first token (mean, p50, p95), and each figure's ratio to ``main_sparse``
 (upstream's checkpoints) and to prefix caching off.
 
+Where it sits: outside the package, at the engine end: a script nobody imports; it runs
+``boundary_vllm.scenarios`` (request -> render -> boundaries -> checkpoints -> engine) on a real
+vLLM engine.
+
 The slice and the passes are ``boundary_vllm.scenarios``' (the GPU check runs the same):
 tau-bench airline conversations rendered with Qwen3.5 (thinking on), every assistant turn a
 request with U_end, round-trip and horizon hints, a few sessions in flight (closed loop), the

@@ -1,5 +1,8 @@
 """Per-request render cost: boundary vs transformers' apply_chat_template, side by side.
 
+Where it sits: outside the package, at the render and boundaries stages: a script nobody imports;
+it times ``Family.render`` against transformers.
+
 Every assistant turn of the tau-bench airline trajectories becomes one request (the
 conversation before it, with the generation prompt). For each request, in the same run:
 

@@ -1,5 +1,8 @@
 """Replay cost against stream length: 1k / 10k / 100k requests, side by side in one run.
 
+Where it sits: outside the package, at the report end: a script nobody imports; it times the
+experiment's cache-model replay (``boundary.experiment``, ``boundary.cache``) after checkpoints.
+
 Synthetic sessions (token-level, ``boundary.experiment.workloads.synthetic``) at a fixed mean
 concurrency and cache capacity, so the cache reaches the same steady state at every length
 and only the number of requests changes. For each length, on one core:

@@ -1,5 +1,8 @@
 """Per-request cost with sessions: transformers vs boundary cold vs boundary sessions.
 
+Where it sits: outside the package, at the render and boundaries stages: a script nobody imports;
+it times ``SessionCache.render`` against ``Family.render`` and transformers.
+
 The tau-bench airline replay: every assistant turn of every trajectory is one request (the
 conversation before it, generation prompt on), sent in conversation order. For each request,
 side by side and interleaved (so machine load hits all paths alike):

@@ -3,6 +3,9 @@ finished request inside vLLM 0.33.0's own async scheduler (CPU, no model), with 
 writer thread running in the same process, so the GIL contention of a running engine is in it
 (an engine adds its own threads; this replay has only the two).
 
+Where it sits: outside the package, at the engine end: a script nobody imports; it times
+``boundary_vllm.recording`` inside ``boundary_vllm.replay``'s scheduler.
+
 The stream: tau-bench airline conversations rendered with Qwen3.5 (thinking on), every
 assistant turn a request, four sessions in flight, block 528 / unit 16, policy ``both``.
 

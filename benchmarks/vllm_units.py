@@ -3,6 +3,9 @@ scheduler and KV-cache manager (CPU, no model): reused prompt tokens per policy 
 upstream (vLLM without the plugin), at align-mode blocks of 528 and 1088 with units of the
 block (vLLM's default), 64 (it must divide the block: 1088 only) and 16.
 
+Where it sits: outside the package, at the engine end: a script nobody imports; it replays
+``boundary_vllm.workload`` streams through ``boundary_vllm.replay`` per unit and policy.
+
 The stream: tau-bench airline conversations rendered with Qwen3.5 (thinking on, the
 deterministic reasoning of ``boundary_vllm.workload.with_reasoning``), every assistant turn a
 request, four sessions in flight, async scheduling as the engine runs it, a pool large enough

@@ -1,7 +1,8 @@
 """What a template does with ``add_generation_prompt`` besides testing it in an ``{% if %}``.
 
 Where it sits: inside the render stage, read by ``boundary.instrumentation`` before it
-rewrites a template; it only inspects the AST.
+rewrites a template and by ``boundary.template_run`` (``BranchState``) as it runs; it only
+inspects the AST.
 
 Two questions, both answered statically:
 

@@ -1,7 +1,8 @@
 """Evaluate an ``{% if %}`` test as the render with the other ``add_generation_prompt`` would.
 
-Where it sits: inside the render stage: ``render`` compiles each flipped test with it; it reads
-nothing downstream.
+Where it sits: inside the render stage, at its bottom: ``boundary.template_run`` evaluates each
+flipped test with it, ``boundary.instrumentation`` and ``boundary.flag_branches`` read its flag
+name; it imports nothing of boundary's.
 
 U_end is where the render with the generation prompt and the render without it first take
 different branches. The renderer evaluates each test once, as the template wrote it; to know

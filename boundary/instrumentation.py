@@ -1,7 +1,8 @@
 """Rewrite a chat template's Jinja AST so that one render also reports where things are.
 
-Where it sits: inside the render stage, before ``render``: it rewrites the template's AST once
-per compile.
+Where it sits: inside the render stage, under ``boundary.template_run``, which calls it once per
+compile to rewrite the template's AST before the run; it imports ``flag_branches`` and
+``flag_flip``.
 
 The invariant: **removing what the rewrite adds gives transformers' output, byte for byte,
 for every template transformers renders.** The rewrite never evaluates template code twice

@@ -1,7 +1,7 @@
 """Run a chat template once, sandboxed and instrumented: the text and its marks.
 
 Where it sits: the render stage, after the request stage and before boundaries: text and char
-positions, no tokens. ``boundary.instrumentation`` places the probes, ``boundary.flag_flip``
+positions, no tokens; ``boundary.renderer`` calls it. ``boundary.instrumentation`` places the probes, ``boundary.flag_flip``
 evaluates each with the generation flag negated, and ``boundary.marks`` reads the marks the
 run leaves into positions.
 

@@ -2,7 +2,8 @@
 
 Where it sits: input and output of the report end: ``boundary.audit`` and
 ``boundary.experiment.workloads`` read it, ``boundary_vllm.recording`` (engine) writes it; it
-imports only ``errors``.
+imports the request stage (``boundary.request``: chat requests are validated as a render's
+are), ``trace_times``, ``datasets`` and ``errors``.
 
 One request per line, a session's requests in order. A line is either an OpenAI chat request
 plus, optionally, what the model generated for it::

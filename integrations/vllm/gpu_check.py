@@ -5,6 +5,10 @@ serve, and how much time to first token does it save?
     python integrations/vllm/gpu_check.py run        # on the GPU machine: the verdict
     python integrations/vllm/gpu_check.py prepare    # here: the transformers path's stream
 
+Where it sits: outside the packages, at the engine end: a script nobody imports
+(``tests/vllm/test_vllm_gpu_check.py`` and the engine tier load it by path); it runs
+``boundary_vllm.scenarios`` on a GPU engine.
+
 **The vLLM pass is the verdict** (exit status). It runs the scenarios of the engine tier and of
 ``benchmarks/engine.py`` (``boundary_vllm.scenarios``: a tau-bench slice rendered by boundary,
 several sessions in flight, tool-loop turns forced to their own tokens so D_end can serve)

@@ -1,5 +1,10 @@
 """boundary's checkpoints in vLLM 0.33.0's align-mode prefix cache.
 
+Where it sits: the engine end's front door, after render and boundaries: it re-exports the frontend
+side (``client``, ``hints``) and the version pin (``pin``); users and
+``integrations/vllm/examples`` import it, while vLLM loads the engine side by module path
+(``boundary_vllm.scheduler``).
+
 Frontend side (no vLLM needed): ``chat_request`` renders with boundary and builds the
 OpenAI-compatible chat body that sends vLLM exactly those tokens
 (``kv_transfer_params["prompt_token_ids"]``) plus the U_end / P_end hints (``vllm_xargs``).

@@ -2,6 +2,10 @@
 """The step hook: vLLM's ``cache_blocks`` wrapped, so that each step keys what the request's
 decision keeps and labels it in the ledger.
 
+Where it sits: the engine end, in the plugin's step: ``boundary_vllm.retention`` installs
+``CacheBlocksHook`` on vLLM's managers; it keys what a request's ``boundary.retention_policy``
+decision keeps and records it through ``kept_states`` into the ``ledger``.
+
 At ``prefix_cache_retention_interval=0`` each Mamba manager keys only the state blocks at the
 ``replay_boundaries`` the coordinator passes (P_end, whose block floor is the *twin*) and at the
 request's ``shared_prefix_boundary`` (a reactive junction), plus, with sub-block hits, P_end's

@@ -4,6 +4,10 @@
     req = chat_request(fam, messages, model="Qwen/Qwen3.5-4B", template_kwargs={"enable_thinking": True})
     reply = post_chat("http://localhost:8000", req)
 
+Where it sits: the frontend end of the engine stage, after render and boundaries: it takes a
+``Family`` render (U_end, P_end, the horizon of ``boundary.horizon``) and sends it to vLLM;
+``boundary_vllm`` re-exports it for users and ``examples/chat_client.py``.
+
 The body is an ordinary ``/v1/chat/completions`` request. ``kv_transfer_params.prompt_token_ids``
 makes vLLM skip its own templating and tokenization but still run its reasoning and tool-call
 parsers on the output (the messages, tools and ``chat_template_kwargs`` are sent for them);

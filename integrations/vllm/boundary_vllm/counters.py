@@ -1,6 +1,10 @@
 """What the integration did, counted: checkpoints created and the bytes they hold, hits by the
 kind of checkpoint that served them, prefill chunks split early, and hint outcomes.
 
+Where it sits: the engine end, reporting: ``scheduler``, ``retention`` and ``kept_states`` count
+into it, ``replay`` reads it back; it imports only ``boundary.checkpoints`` (the kinds it counts
+by).
+
 ``CheckpointCounters`` is plain data (tests read it directly). ``PrometheusExport`` mirrors it
 into ``prometheus_client`` metrics in the engine process: they reach vLLM's ``/metrics`` when
 ``PROMETHEUS_MULTIPROC_DIR`` is set for the server (the engine process inherits it), or a

@@ -1,6 +1,10 @@
 """D_end on the engine side: where a finished request's committed tokens end, and whether a
 state kept there can ever serve a later prefill on this engine.
 
+Where it sits: the engine end, after checkpoints: ``scheduler`` and ``retention`` settle D_end with
+it at finish, ``prediction`` uses the same rule for the cache model; it imports only
+``boundary.retention_policy``.
+
 D_end excludes trailing stop tokens (the template re-renders the turn's end itself) and any
 draft tokens (vLLM appends only verified tokens to ``output_token_ids``).
 """

@@ -1,6 +1,9 @@
 """Configuration cross-checks when a boundary scheduler is built: a configuration the plugin
 would run wrongly under is refused with the fix named; one under which it cannot help is logged.
 
+Where it sits: the engine end, at construction: ``boundary_vllm.scheduler`` runs these checks when
+vLLM builds it; it imports only ``settings``.
+
 - The scheduler class must match ``scheduler_config.async_scheduling``: the async class feeds
   output placeholders the sync engine loop never resolves, and the reverse.
 - Speculative decoding is refused unless ``allow_speculative_decoding`` opts in: the plugin's

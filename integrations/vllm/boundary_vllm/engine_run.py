@@ -2,6 +2,10 @@
 """Run request streams through a real vLLM engine (``LLM``, in this process) with boundary's
 scheduler, and log what the engine did per request.
 
+Where it sits: the engine end, as a harness around a running vLLM: it drives
+``boundary_vllm.scheduler`` through a real ``LLM``; ``scenarios``, ``benchmarks/engine.py``,
+``integrations/vllm/gpu_check.py`` and the engine test tier call it.
+
 Unlike ``boundary_vllm.replay`` (vLLM's scheduler driven by hand, outputs fed from a record),
 here the model runs: the engine computes every prefill and samples every token, and the
 recurrent states it reuses are the ones its worker copied. Per request this returns the joint

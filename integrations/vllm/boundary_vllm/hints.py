@@ -1,5 +1,9 @@
 """Checkpoint hints as they travel in a chat request's ``vllm_xargs``.
 
+Where it sits: between boundaries and the engine: the wire format of the positions ``client`` sends
+and ``scheduler`` (also ``replay`` and ``engine_run``, which send them by hand) reads back; it
+imports nothing of boundary's.
+
 The frontend renders with boundary and sends the logical positions it found; vLLM copies
 ``vllm_xargs`` into ``SamplingParams.extra_args``, where the scheduler reads them back. The
 engine materializes the positions itself (only it knows its block size). Hints never affect

@@ -1,6 +1,10 @@
 # ruff: noqa: E402  (the vLLM version is checked before vLLM is imported)
 """The plugin's kept states against vLLM's block pool: recording, holding and releasing them.
 
+Where it sits: the engine end, under ``retention`` and ``cache_blocks`` (which both call it): the
+one writer of ``ledger``, against vLLM's block pool (un-keying through ``pool_keys``, counting into
+``counters``).
+
 ``KeptStates`` is the one writer of the ledger (``boundary_vllm.ledger``): it records a state
 vLLM keyed for a request, holds the latest decode states tentatively, releases (un-keys) a
 request's own block and never another block under the same key, and follows the pool: a block

@@ -2,6 +2,10 @@
 stands for, per hash key and per block that holds a state under it (``Ledger``); which states
 one request keeps and holds, per position (``RequestCheckpoints``, ``HeldState``).
 
+Where it sits: the engine end, the plugin's bookkeeping after checkpoints: ``kept_states`` writes
+it, ``retention``, ``cache_blocks`` and ``scheduler`` read it; it imports only
+``boundary.retention_policy`` (the kinds a state stands for).
+
 Two requests may keep a state under one chained hash (a greedy regenerate, ``n`` identical
 prompts): vLLM's hash table then maps the key to several blocks. The ledger keeps one
 ``Holder`` per (key, block), so a request releases its own block and never another request's

@@ -1,5 +1,10 @@
 """The vLLM builds this integration is built and tested against.
 
+Where it sits: the bottom of the engine end: every module that imports vLLM (``scheduler``,
+``retention``, ``cache_blocks``, ``kept_states``, ``replay`` ...) checks the installed build
+through it first, as do ``boundary_vllm``, ``integrations/vllm/gpu_check.py`` and
+``benchmarks/engine.py``; it imports nothing of vLLM's.
+
 The scheduler and KV-cache internals it extends are not a public interface, so it accepts
 exactly two builds and refuses any other with a reason instead of driving it blind:
 

@@ -1,6 +1,9 @@
 # ruff: noqa: E402  (the vLLM version is checked before vLLM is imported)
 """Un-keying a block in vLLM's block pool the way the pool itself does it.
 
+Where it sits: the engine end, at the bottom of the plugin's bookkeeping: ``kept_states`` un-keys
+blocks through it; it imports only ``pin`` and vLLM.
+
 vLLM's ``BlockPool`` removes a key from its hash table together with the block's own hash
 (``block_hash``) or alias entry (``cached_block_hashes_by_block``) and emits a ``BlockRemoved``
 KV event for it (``_maybe_evict_cached_block``). When the plugin drops a key vLLM stored (a

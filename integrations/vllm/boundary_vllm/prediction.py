@@ -1,5 +1,9 @@
 """What the cache model (``boundary.cache``) predicts vLLM serves, fed an engine's own event order.
 
+Where it sits: the report end beside the engine: it runs the checkpoints' retention policy through
+boundary's cache model (``boundary.cache``) for an engine's event order; ``scenarios``,
+``integrations/vllm/gpu_check.py`` and the fidelity and engine tests compare it with vLLM.
+
 Given each request's tokens and hints, and when the engine admitted, advanced and freed it
 (from ``boundary_vllm.replay`` or a real engine's step log, ``boundary_vllm.engine_run``), this
 runs the same retention decisions (``boundary.retention_policy.decide``) through

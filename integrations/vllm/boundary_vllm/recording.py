@@ -2,6 +2,10 @@
 JSONL (``boundary.trace``), so ``boundary audit`` and ``boundary experiment`` replay what a
 deployment really saw.
 
+Where it sits: the engine end feeding the report end: ``scheduler`` (engine side) and ``client``
+(frontend side) record finished requests with it into ``boundary.trace``'s format, which ``boundary
+audit`` and ``boundary experiment`` read.
+
 A record holds the session id (``chat_request(..., session=...)`` puts it in ``vllm_xargs``;
 without one, the request id), the prompt ids as the engine ran them, the committed output ids,
 U_end / P_end / D_end, the arrival time (``arrival_s``: the engine's ``Request.arrival_time``,

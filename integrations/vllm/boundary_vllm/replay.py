@@ -1,6 +1,11 @@
 # ruff: noqa: E402  (the vLLM version is checked before vLLM is imported)
 """Replay request streams through vLLM's real scheduler and KV-cache manager, without a model.
 
+Where it sits: the engine end, as a harness without a model: it drives ``boundary_vllm.scheduler``
+by hand over ``workload`` streams, checking states with ``worker_states``; the ``vllm`` test tier,
+``benchmarks/vllm_units.py``, ``benchmarks/vllm_recorder.py`` and
+``integrations/vllm/gpu_check.py`` call it.
+
 A small hybrid KV-cache layout (one full-attention group, one Mamba group in align mode,
 ``prefix_cache_retention_interval=0``) is driven by hand: each request is added, scheduled
 step by step, and fed its recorded output tokens as if sampled, until it finishes. ``run``

@@ -2,6 +2,10 @@
 """The admission and finish hooks: which recurrent states vLLM keeps, decided by boundary's
 retention policy.
 
+Where it sits: the engine end, after checkpoints: ``boundary_vllm.scheduler`` calls these hooks at
+admission and finish; they ask ``boundary.retention_policy``, install ``cache_blocks`` and hold
+states through ``kept_states`` in the ``ledger``.
+
 For a request that carries hints, ``CheckpointRetention.admit`` asks
 ``boundary.retention_policy.decide`` (D_end unknown) and maps the decision onto vLLM: the
 prefill positions where a chunk must end (only where vLLM would not produce that state itself:

@@ -3,6 +3,10 @@
 conversations rendered by boundary, each session run through one engine under every variant and
 once with prefix caching off, and what each pass reused, computed and took.
 
+Where it sits: the engine end, above ``engine_run``, ``workload`` and ``prediction``: the whole
+flow (request -> render -> boundaries -> checkpoints -> engine) on one slice;
+``benchmarks/engine.py``, ``integrations/vllm/gpu_check.py`` and the engine test tier run it.
+
 A session is one conversation, a request per assistant turn (``boundary_vllm.workload``), with
 the hints a frontend sends: U_end, the round-trip verdict of the tool-loop rule, and a horizon
 (how far the session's next request shares this one's tokens). What the model generates is

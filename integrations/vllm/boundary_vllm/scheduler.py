@@ -19,6 +19,11 @@ configuration is cross-checked (``engine_checks``): a scheduler class that does 
 scheduling, or speculative decoding unless opted in, is refused. Nothing in vLLM is
 edited: the split, admission, scheduling and finish hooks are overrides of the pinned 0.33.0
 ``Scheduler``, and retention wraps each Mamba manager's ``cache_blocks``.
+
+Where it sits: the engine end, after checkpoints: vLLM loads it by name (``--scheduler-cls``); it
+reads ``hints`` and ``settings``, decides through ``boundary.retention_policy`` and executes
+through ``retention``, recording with ``recording`` and counting with ``counters``. ``engine_run``
+and ``replay`` drive it in tests and benchmarks.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """U_end for prompts that vLLM renders itself (``vllm serve`` users who send messages, not tokens).
 
+Where it sits: between render and the engine, for prompts vLLM rendered: it renders probe
+conversations with ``boundary`` (render, boundaries) once; ``boundary_vllm.scheduler`` matches
+prompts against what it records.
+
 vLLM 0.33.0's renderer returns token ids only, and ``EngineCoreRequest`` carries nothing else a
 renderer could set (``cache_salt`` enters the first block hash), so positions cannot travel from
 a server-side renderer to the scheduler. But for a chat template the text after U_end is the

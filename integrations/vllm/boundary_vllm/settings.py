@@ -3,6 +3,9 @@
     vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler \\
         --additional-config '{"boundary": {"policy": "both"}}'
 
+Where it sits: the engine end, configuration: ``scheduler`` and ``engine_checks`` read it; it
+imports only ``boundary.retention_policy`` (the variant names).
+
 Policies are the variants of ``boundary.retention_policy`` (the same decision the experiment's
 cache model runs): ``main_sparse`` (P_end), ``input_end`` (U_end), ``decode_end`` (D_end),
 ``both`` (U_end + D_end), ``chat_aware`` and ``horizon`` (one state each, from the request's

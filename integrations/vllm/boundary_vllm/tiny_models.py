@@ -1,5 +1,9 @@
 """Tiny random-weight hybrid models for running a real vLLM engine without a model hub.
 
+Where it sits: beside the engine end, as test and benchmark input: the engine test tier,
+``benchmarks/engine.py`` and ``integrations/vllm/gpu_check.py`` load models from it; it imports
+``boundary`` (the shipped family) and ``boundary.resources``.
+
 Each model is built from a transformers config (seeded random weights, bf16) and saved with
 boundary's shipped Qwen3.5 vocabulary and chat template, so prompts rendered by boundary are
 exactly the ids the engine reads. Built once per config and cached under boundary's cache

@@ -2,6 +2,9 @@
 """A model of how vLLM 0.33.0's worker moves recurrent states between Mamba blocks in align
 mode, and a check that every state a request reads is the state of exactly its own tokens.
 
+Where it sits: the engine end, under ``replay`` (which alone calls it): a check of vLLM's worker
+that no model needs; it imports only ``pin`` and vLLM.
+
 No model runs on CPU, so each Mamba state block holds a *tag* instead of tensors: the token
 prefix ``tokens[0:n]`` the state represents (``Prefix``: ``n`` and a digest of those tokens).
 Per ``SchedulerOutput``, in the order the worker applies it (``gpu_model_runner._update_states``,

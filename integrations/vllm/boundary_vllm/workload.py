@@ -1,5 +1,9 @@
 """Request streams from real conversations: what a serving engine sees, turn by turn.
 
+Where it sits: the request and render stages for the engine end: it renders conversations with a
+``Family`` (render, boundaries, ``boundary.outputs``) into request streams; ``replay``,
+``scenarios``, the benchmarks of the vLLM plugin and ``integrations/vllm/gpu_check.py`` read them.
+
 For each assistant message of a conversation, the request is the history before it rendered
 with the generation prompt (token ids, U_end, P_end), and the model's output is that message as
 the model itself emits it after that prompt (``boundary.outputs.format_output``: its reasoning

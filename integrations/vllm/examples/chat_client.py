@@ -3,6 +3,9 @@
     python integrations/vllm/examples/chat_client.py --url http://localhost:8000 \\
         --model Qwen/Qwen3.5-4B --family qwen3_5 --messages conversation.json
 
+Where it sits: outside the packages, the whole flow from the user's side: a script nobody imports;
+it renders with ``boundary`` and sends with ``boundary_vllm.client``.
+
 Without ``--messages`` the conversation is boundary's default one (a tau-bench airline session up
 to its 6th user turn). ``--dry-run`` prints the request body instead of sending it. The server runs
 ``vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler``.
