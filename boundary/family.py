@@ -84,6 +84,7 @@ class Family:
     public methods and attributes are delegated; ``renderer`` is the renderer itself, which
     every stage below takes (they accept a ``Family`` in its place)."""
 
+    # ``Renderer.__init__``'s signature, alike by design: a family is built as its renderer is.
     def __init__(
         self,
         spec: FamilySpec,

@@ -205,6 +205,8 @@ class Renderer:
         template_messages, template_tools = self.prepare(
             messages, tools, arguments=arguments, variant=variant, strict_request=strict_request
         )
+        # Each entry point spells out the public keyword arguments and passes them on one by one
+        # (alike by design: typed signatures, no **kwargs between them).
         return self.render_prepared(
             template_messages,
             template_tools,

@@ -79,6 +79,8 @@ class Session:
         self._ids: list[int] = []
         self._cuts: list[Cut] = []
 
+    # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a
+    # drop-in for the renderer); the work is the renderer's (``render_with_encoder``).
     def render(
         self,
         messages: Sequence[Mapping[str, Any] | Message],

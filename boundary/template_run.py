@@ -1,9 +1,9 @@
 """Run a chat template once, sandboxed and instrumented: the text and its marks.
 
 Where it sits: the render stage, after the request stage and before boundaries: text and char
-positions, no tokens; ``boundary.renderer`` calls it. ``boundary.instrumentation`` places the probes, ``boundary.flag_flip``
-evaluates each with the generation flag negated, and ``boundary.marks`` reads the marks the
-run leaves into positions.
+positions, no tokens; ``boundary.renderer`` calls it. ``boundary.instrumentation`` places the
+probes, ``boundary.flag_flip`` evaluates each with the generation flag negated, and
+``boundary.marks`` reads the marks the run leaves into positions.
 
 ``compile_template`` parses, instruments and compiles a template source (cached by source
 and limits). ``run_template`` runs it and returns the text exactly as transformers'

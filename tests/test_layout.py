@@ -22,7 +22,10 @@ ROOT = PACKAGE.parent
 PLUGIN = ROOT / "integrations" / "vllm"
 MODULES = sorted(PACKAGE.rglob("*.py"))
 PLUGIN_MODULES = sorted((PLUGIN / "boundary_vllm").rglob("*.py"))
-SCRIPTS = sorted([*(ROOT / "benchmarks").glob("*.py"), *PLUGIN.glob("*.py"), *(PLUGIN / "examples").glob("*.py")])
+SCRIPTS = sorted(
+    [*(ROOT / "benchmarks").glob("*.py"), *PLUGIN.glob("*.py"), *(PLUGIN / "examples").glob("*.py")]
+)
+EVERY_MODULE = [*MODULES, *PLUGIN_MODULES, *SCRIPTS]
 
 
 def test_the_package_has_modules_to_check() -> None:
@@ -31,7 +34,7 @@ def test_the_package_has_modules_to_check() -> None:
     assert {p.name for p in SCRIPTS} >= {"render.py", "engine.py", "gpu_check.py", "chat_client.py"}
 
 
-@pytest.mark.parametrize("path", [*MODULES, *PLUGIN_MODULES, *SCRIPTS], ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", EVERY_MODULE, ids=lambda p: str(p.relative_to(ROOT)))
 def test_every_module_docstring_says_where_it_sits(path: Path) -> None:
     doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")))
     assert doc, "no module docstring"

@@ -36,6 +36,8 @@ class EvictionPolicy(Protocol):
     def __contains__(self, entry: object) -> bool: ...
 
 
+# ``LRU`` and ``FreeQueue`` implement ``EvictionPolicy`` with alike bodies by design: each keeps
+# its own order (a queue of entries; pages with free ones among them) behind the same methods.
 class LRU:
     """Least recently released first: vLLM's free-block queue for cached blocks.
 

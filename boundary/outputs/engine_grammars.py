@@ -113,6 +113,7 @@ def _kimi_name(header: str, raw_args: str) -> tuple[str, str | None]:
 
 
 # -- formats ----------------------------------------------------------------------------------
+# Alike by design: each format is one table of moves (data), written out in full per format.
 
 
 def _qwen3() -> Grammar:

@@ -32,6 +32,8 @@ from boundary.request.validation import (
     to_template_tools,
 )
 
+# The public names of the modules above, listed again so that ``boundary.request`` is the one
+# import for the request stage (each name is defined once, in its module).
 __all__ = [
     "MAX_NESTING",
     "ArgumentsForm",

@@ -83,6 +83,7 @@ class PrometheusExport:
 
         registry = REGISTRY if registry is None else registry
         engine = list(ENGINE_LABELS)
+        # One declaration per metric, alike by design: each names its metric and help text.
         self._created = PCounter(
             "boundary_checkpoints_created",
             "Recurrent-state checkpoints created, by kind",
