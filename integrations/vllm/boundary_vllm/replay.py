@@ -2,9 +2,9 @@
 """Replay request streams through vLLM's real scheduler and KV-cache manager, without a model.
 
 Where it sits: the engine end, as a harness without a model: it drives ``boundary_vllm.scheduler``
-by hand over ``workload`` streams, checking states with ``worker_states``; the ``vllm`` test tier,
-``benchmarks/vllm_units.py``, ``benchmarks/vllm_recorder.py`` and
-``integrations/vllm/gpu_check.py`` call it.
+by hand over ``workload`` streams, on the engine ``replay_config`` builds, checking states with
+``worker_states``; the ``vllm`` test tier, ``benchmarks/vllm_units.py``,
+``benchmarks/vllm_recorder.py`` and ``integrations/vllm/gpu_check.py`` call it.
 
 A small hybrid KV-cache layout (one full-attention group, one Mamba group in align mode,
 ``prefix_cache_retention_interval=0``) is driven by hand: each request is added, scheduled
@@ -19,8 +19,7 @@ the scheduler cut. With ``check_states`` every step also runs through
 any state a request reads that is not of exactly its own tokens. Deterministic: same stream,
 same results.
 
-The vLLM config is built from a throwaway ``config.json`` (a tiny Llama: the scheduler reads only
-lengths and flags from it); the hybrid part is the hand-built ``KVCacheConfig``.
+The engine's shape and the vLLM configs built from it are ``boundary_vllm.replay_config``'s.
 """
 
 from __future__ import annotations
@@ -29,23 +28,18 @@ from boundary_vllm.pin import check_vllm, installed_vllm
 
 check_vllm(installed_vllm(), required=True)  # drives non-public vLLM classes
 
-import json
 import tempfile
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import torch
-from vllm.config import CacheConfig, DeviceConfig, KVEventsConfig, ModelConfig, SchedulerConfig, VllmConfig
 from vllm.sampling_params import SamplingParams
 from vllm.utils.hashing import get_hash_fn_by_name
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
@@ -53,49 +47,12 @@ from vllm.v1.structured_output import StructuredOutputManager
 from boundary.retention_policy import Variant
 from boundary_vllm.counters import CheckpointCounters
 from boundary_vllm.hints import SESSION_KEY, encode_hints
+from boundary_vllm.replay_config import EngineShape, kv_cache_config, vllm_config
 from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
 from boundary_vllm.worker_states import WorkerStates
 from boundary_vllm.workload import Turn
 
-_TINY_MODEL = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 2,
-    "num_key_value_heads": 1,
-    "head_dim": 32,
-    "vocab_size": 262144,
-    "max_position_embeddings": 131072,
-    "torch_dtype": "bfloat16",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class EngineShape:
-    """The KV-cache layout and scheduler settings of a replay.
-
-    ``plugin=False`` replays through vLLM's own ``Scheduler`` (the baseline); ``policy`` applies
-    only with the plugin. ``prefix_match_unit`` below ``block_size`` turns on vLLM's sub-block hits.
-    """
-
-    block_size: int = 16
-    prefix_match_unit: int | None = None
-    num_blocks: int = 4096
-    max_num_batched_tokens: int = 8192
-    max_model_len: int = 65536
-    max_num_seqs: int = 16
-    plugin: bool = True
-    policy: Variant = Variant.BOTH
-    async_scheduling: bool = False
-    mamba_layers: int = 3  # 0: no Mamba group (a plain attention model)
-    mamba_groups: int = 1  # vLLM groups layers by the attention layer count: 3 GDN + 1 attention = 3 groups
-    mamba_state_shapes: tuple[tuple[int, ...], ...] = ((3, 512), (8, 64, 64))  # conv state, recurrent state
-    attention_layers: int = 1
-    exported_checkpoints: bool = False  # the kernels export the prompt checkpoint (GDN on FlashInfer)
-    kv_events: bool = False  # ``enable_kv_cache_events`` (published to the "null" publisher)
-    settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]`` keys
+DEFAULT_SHAPE = EngineShape()  # frozen: safe as a default
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,11 +223,11 @@ class Replay:
     """A live scheduler; ``run`` replays one request to completion, ``run_sessions`` several
     sessions concurrently."""
 
-    def __init__(self, shape: EngineShape = EngineShape(), *, check_states: bool = False) -> None:
+    def __init__(self, shape: EngineShape = DEFAULT_SHAPE, *, check_states: bool = False) -> None:
         self.shape = shape
         self._model_dir = tempfile.TemporaryDirectory(prefix="boundary-replay-")
-        self.vllm_config = _vllm_config(shape, Path(self._model_dir.name))
-        self.kv_cache_config = _kv_cache_config(
+        self.vllm_config = vllm_config(shape, Path(self._model_dir.name))
+        self.kv_cache_config = kv_cache_config(
             shape, self.vllm_config.cache_config.prefix_cache_retention_interval
         )
         self.scheduler = _scheduler_cls(shape)(
@@ -381,7 +338,7 @@ class Replay:
         return _SessionDriver(self, sessions, concurrency).run()
 
 
-def replay(stream: Sequence[ReplayRequest], shape: EngineShape = EngineShape()) -> list[ReplayOutcome]:
+def replay(stream: Sequence[ReplayRequest], shape: EngineShape = DEFAULT_SHAPE) -> list[ReplayOutcome]:
     """Each request's joint hit when ``stream`` runs in order on a fresh engine of ``shape``."""
     return Replay(shape).run_all(stream)
 
@@ -390,70 +347,3 @@ def _scheduler_cls(shape: EngineShape) -> type[Scheduler]:
     if shape.plugin:
         return AsyncBoundaryScheduler if shape.async_scheduling else BoundaryScheduler
     return AsyncScheduler if shape.async_scheduling else Scheduler
-
-
-def _vllm_config(shape: EngineShape, model_dir: Path) -> VllmConfig:
-    (model_dir / "config.json").write_text(json.dumps(_TINY_MODEL), encoding="utf-8")
-    model = ModelConfig(model=str(model_dir), skip_tokenizer_init=True, max_model_len=shape.max_model_len)
-    cache = CacheConfig(
-        block_size=shape.block_size,
-        enable_prefix_caching=True,
-        mamba_cache_mode="align",
-        prefix_match_unit=shape.prefix_match_unit,
-    )
-    scheduler = SchedulerConfig(
-        max_num_seqs=shape.max_num_seqs,
-        max_num_batched_tokens=shape.max_num_batched_tokens,
-        max_model_len=shape.max_model_len,
-        enable_chunked_prefill=True,
-        is_encoder_decoder=False,
-        async_scheduling=shape.async_scheduling,
-    )
-    config = VllmConfig(
-        model_config=model,
-        cache_config=cache,
-        scheduler_config=scheduler,
-        device_config=DeviceConfig(device="cpu"),
-        kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null")
-        if shape.kv_events
-        else None,
-        additional_config={"boundary": {"policy": shape.policy.value, "log_interval_s": 0, **shape.settings}},
-    )
-    config.cache_config.num_gpu_blocks = shape.num_blocks
-    return config
-
-
-def _kv_cache_config(shape: EngineShape, retention_interval: int | None) -> KVCacheConfig:
-    attention = FullAttentionSpec(
-        block_size=shape.block_size, num_kv_heads=2, head_size=64, dtype=torch.bfloat16
-    )
-    mamba = MambaSpec(
-        block_size=shape.block_size,
-        shapes=shape.mamba_state_shapes,
-        dtypes=(torch.bfloat16,) + (torch.float32,) * (len(shape.mamba_state_shapes) - 1),
-        mamba_cache_mode="align",
-        num_prefill_checkpoint_blocks=int(shape.exported_checkpoints),
-        prefill_checkpoint_alignment=(shape.prefix_match_unit or shape.block_size)
-        if shape.exported_checkpoints
-        else None,
-    )
-    return KVCacheConfig(
-        num_blocks=shape.num_blocks,
-        kv_cache_tensors=[],
-        kv_cache_groups=[
-            KVCacheGroupSpec(
-                [f"model.layers.{i}.self_attn.attn" for i in range(shape.attention_layers)], attention
-            ),
-            *(  # no Mamba layers: a plain attention model, for which the plugin stays inactive
-                KVCacheGroupSpec(
-                    [
-                        f"model.layers.{i}.linear_attn"
-                        for i in range(g, shape.mamba_layers, shape.mamba_groups)
-                    ],
-                    mamba,
-                )
-                for g in range(shape.mamba_groups if shape.mamba_layers else 0)
-            ),
-        ],
-        prefix_cache_retention_interval=retention_interval,  # as vLLM's KV-cache planning copies it
-    )
