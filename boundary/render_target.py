@@ -129,6 +129,9 @@ def vllm_message(data: Mapping[str, Any], reasoning_field: str) -> dict[str, Any
     which already gives reasoning under both names, ``""`` for ``None`` content, no empty
     ``tool_calls``, arguments in the family's form): its fields, in its order."""
     out = {key: data[key] for key in VLLM_MESSAGE_FIELDS if key in data}
+    for key in ("reasoning", "reasoning_content"):
+        if out.get(key) is None:
+            out.pop(key, None)
     for key in ("name", "task"):
         if not isinstance(out.get(key), str):
             out.pop(key, None)
