@@ -183,7 +183,7 @@ def transformers_message(raw: Mapping[str, Any], target: RenderTarget) -> dict[s
 
 # -- tools --------------------------------------------------------------------------------------
 def template_tools(
-    target: RenderTarget, parsed: Sequence[Tool] | None, sent: Sequence[Mapping[str, Any]] | None
+    target: RenderTarget, parsed: Sequence[Tool] | None, sent: Sequence[Any] | None
 ) -> list[dict[str, Any]] | None:
     """The tools the template receives: for vLLM its ``model_dump()`` of each validated tool
     (``parsed``), for transformers a copy of what the client sent (``sent``, as read)."""

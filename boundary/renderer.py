@@ -147,7 +147,7 @@ class Renderer:
         parsed_tools = parse_tools(tools, strict=strict_request)
         sent_tools = None if tools is None else [as_read(t) for t in tools]
         normalized = self.normalize(parsed, arguments, variant=variant, target=resolved, sent=messages)
-        return normalized, template_tools(resolved, parsed_tools, sent_tools)  # type: ignore[arg-type]
+        return normalized, template_tools(resolved, parsed_tools, sent_tools)
 
     def normalize(
         self,
@@ -172,7 +172,8 @@ class Renderer:
             if arguments is not None:  # an explicit form: only the arguments' values change
                 forced = to_template_messages(messages, arguments=arguments)
                 for m, f in zip(out, forced, strict=True):
-                    for call, forced_call in zip(m.get("tool_calls") or (), f.get("tool_calls") or ()):
+                    calls = zip(m.get("tool_calls") or (), f.get("tool_calls") or (), strict=False)
+                    for call, forced_call in calls:
                         call["function"]["arguments"] = forced_call["function"]["arguments"]
             return out
         template_messages = to_template_messages(

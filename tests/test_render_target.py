@@ -90,7 +90,9 @@ def _vllm_reference(name: str, template: str, messages: list[Any], tools: Any, *
     return text, ids
 
 
-def _transformers_reference(name: str, template: str, messages: Any, tools: Any, **kw: Any) -> tuple[str, Any]:
+def _transformers_reference(
+    name: str, template: str, messages: Any, tools: Any, **kw: Any
+) -> tuple[str, Any]:
     hf = _hf(name, template)
     options = {"add_generation_prompt": True, "strftime_now": fixed_strftime, **kw}
     raw_messages, raw_tools = copy.deepcopy(messages), copy.deepcopy(tools)
@@ -105,7 +107,9 @@ def _shuffled(draw: Any, d: dict[str, Any]) -> dict[str, Any]:
     return {k: d[k] for k in keys}
 
 
-SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([1.0, 0.5]), st.text("ab", max_size=3))
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(-3, 3), st.sampled_from([1.0, 0.5]), st.text("ab", max_size=3)
+)
 
 
 @st.composite
@@ -115,8 +119,14 @@ def tools_strategy(draw: Any) -> list[dict[str, Any]] | None:
     tools = []
     for i in range(draw(st.integers(1, 2))):  # vLLM refuses an empty list
         props = {f"p{j}": _shuffled(draw, {"type": "string", "default": draw(SCALARS)}) for j in range(3)}
-        fn: dict[str, Any] = {"name": f"tool_{i}", "parameters": _shuffled(draw, {"type": "object", "properties": _shuffled(draw, props)})}
-        for key, values in (("description", st.one_of(st.none(), st.just("Does it."))), ("strict", st.one_of(st.none(), st.booleans()))):
+        fn: dict[str, Any] = {
+            "name": f"tool_{i}",
+            "parameters": _shuffled(draw, {"type": "object", "properties": _shuffled(draw, props)}),
+        }
+        for key, values in (
+            ("description", st.one_of(st.none(), st.just("Does it."))),
+            ("strict", st.one_of(st.none(), st.booleans())),
+        ):
             if draw(st.booleans()):
                 fn[key] = draw(values)
         tool = {"type": "function", "function": _shuffled(draw, fn)}
@@ -126,7 +136,10 @@ def tools_strategy(draw: Any) -> list[dict[str, Any]] | None:
 
 @st.composite
 def assistant_strategy(draw: Any, dict_arguments: bool) -> dict[str, Any]:
-    m: dict[str, Any] = {"role": "assistant", "content": draw(st.one_of(st.none(), st.just(""), st.just("Done.")))}
+    m: dict[str, Any] = {
+        "role": "assistant",
+        "content": draw(st.one_of(st.none(), st.just(""), st.just("Done."))),
+    }
     for alias in ("reasoning", "reasoning_content", "thinking"):
         if draw(st.booleans()):
             m[alias] = draw(st.one_of(st.none(), st.just(""), st.just(f"think via {alias}")))
@@ -138,19 +151,39 @@ def assistant_strategy(draw: Any, dict_arguments: bool) -> dict[str, Any]:
     elif calls == "call":
         args = _shuffled(draw, {"b": draw(SCALARS), "a": draw(SCALARS)})
         arguments = args if dict_arguments and draw(st.booleans()) else json.dumps(args)
-        m["tool_calls"] = [_shuffled(draw, {"id": "call_1", "type": "function", "function": _shuffled(draw, {"name": "tool_0", "arguments": arguments})})]
+        m["tool_calls"] = [
+            _shuffled(
+                draw,
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": _shuffled(draw, {"name": "tool_0", "arguments": arguments}),
+                },
+            )
+        ]
     return _shuffled(draw, m)
 
 
 @st.composite
-def request_strategy(draw: Any, dict_arguments: bool) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+def request_strategy(
+    draw: Any, dict_arguments: bool
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
     """A request; arguments as an object only where ``dict_arguments`` (vLLM's request model
     takes them as text only)."""
     assistant = draw(assistant_strategy(dict_arguments))
-    messages = [{"role": "system", "content": "Be brief."}, _shuffled(draw, {"role": "user", "content": "Hi", "name": "ann"}), assistant]
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        _shuffled(draw, {"role": "user", "content": "Hi", "name": "ann"}),
+        assistant,
+    ]
     if assistant.get("tool_calls"):
         parts = [{"type": "text", "text": "22"}, {"type": "text", "text": "C"}]
-        messages.append(_shuffled(draw, {"role": "tool", "tool_call_id": "call_1", "content": draw(st.sampled_from(["22 C", parts]))}))
+        messages.append(
+            _shuffled(
+                draw,
+                {"role": "tool", "tool_call_id": "call_1", "content": draw(st.sampled_from(["22 C", parts]))},
+            )
+        )
     messages.append({"role": "user", "content": "And now?"})
     return messages, draw(tools_strategy())
 
@@ -202,10 +235,18 @@ ODD_TURN = [
         "reasoning_content": "Look it up.",
         "refusal": None,
         "tool_calls": [
-            {"function": {"arguments": '{"unit": null, "city": "Rome"}', "name": "get_weather"}, "id": "call12345", "type": "function"}
+            {
+                "function": {"arguments": '{"unit": null, "city": "Rome"}', "name": "get_weather"},
+                "id": "call12345",
+                "type": "function",
+            }
         ],
     },
-    {"tool_call_id": "call12345", "role": "tool", "content": [{"type": "text", "text": "22"}, {"type": "text", "text": "C"}]},
+    {
+        "tool_call_id": "call12345",
+        "role": "tool",
+        "content": [{"type": "text", "text": "22"}, {"type": "text", "text": "C"}],
+    },
     {"role": "assistant", "content": "It is 22 C.", "reasoning": "Report it."},
     {"role": "user", "content": "Thanks"},
 ]
@@ -213,7 +254,9 @@ ODD_TURN = [
 
 def _matrix() -> list[Any]:
     cases = [c for c in fixture_cases() if c["name"] in ("multi_turn", "tool_loop", "reasoning_in_history")]
-    requests = [(c["name"], c["messages"], c.get("tools")) for c in cases] + [("odd_tools", ODD_TURN, ODD_TOOLS)]
+    requests = [(c["name"], c["messages"], c.get("tools")) for c in cases] + [
+        ("odd_tools", ODD_TURN, ODD_TOOLS)
+    ]
     return [
         pytest.param(name, variant.name, messages, tools, id=f"{name}-{variant.name}-{case}")
         for name in boundary.family_names()
@@ -225,7 +268,9 @@ def _matrix() -> list[Any]:
 
 @pytest.mark.vllm
 @pytest.mark.parametrize(("name", "variant", "messages", "tools"), _matrix())
-def test_shipped_families_render_as_vllm_renders_them(name: str, variant: str, messages: Any, tools: Any) -> None:
+def test_shipped_families_render_as_vllm_renders_them(
+    name: str, variant: str, messages: Any, tools: Any
+) -> None:
     fam = family(name)
     if fam.spec.reasoning_field != "reasoning_content" or fam.tool_arguments(variant) != "object":
         pytest.skip(f"{name} declares a family fact on top of vLLM (reasoning field / argument form)")
@@ -308,3 +353,21 @@ def test_the_cli_takes_a_target(capsys: Any, tmp_path: Any) -> None:
     assert json.loads(capsys.readouterr().out)["target"] == resolve_target("transformers").name
     assert main(["render", "--conversation", str(conv), "--target", "nope"]) != 0
     assert "target: unknown render target 'nope'" in capsys.readouterr().err
+
+
+def test_an_explicit_argument_form_applies_under_the_transformers_target() -> None:
+    sent = [
+        {"role": "user", "content": "Hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": '{"b": 1, "a": 2}'}}
+            ],
+        },
+    ]
+    as_object = copy.deepcopy(sent)
+    as_object[1]["tool_calls"][0]["function"]["arguments"] = {"b": 1, "a": 2}
+    r = _custom(DUMP).render(sent, target="transformers", arguments="object")
+    assert r.text == _transformers_reference("qwen3_5", DUMP, as_object, None)[0]
+    assert r.text != _custom(DUMP).render(sent, target="transformers").text
