@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any, Literal
 
+from boundary.content_format import ContentFormat
 from boundary.errors import RequestError
 from boundary.request_models import Tool
 
@@ -124,11 +125,16 @@ def resolve_target(target: str | RenderTarget | None) -> RenderTarget:
 
 
 # -- messages -----------------------------------------------------------------------------------
-def vllm_message(data: Mapping[str, Any], reasoning_field: str) -> dict[str, Any]:
+def vllm_message(
+    data: Mapping[str, Any], reasoning_field: str, content_format: ContentFormat = "string"
+) -> dict[str, Any]:
     """vLLM's message built from boundary's normalized one (``protocol.to_template_messages``,
     which already gives reasoning under both names, ``""`` for ``None`` content, no empty
-    ``tool_calls``, arguments in the family's form): its fields, in its order."""
+    ``tool_calls``, arguments in the family's form): its fields, in its order, and its
+    content for a template of ``content_format`` (``vllm_content``)."""
     out = {key: data[key] for key in VLLM_MESSAGE_FIELDS if key in data}
+    if "content" in out:
+        out["content"] = vllm_content(out["content"], content_format, data.get("role"))
     for key in ("reasoning", "reasoning_content"):
         if out.get(key) is None:
             out.pop(key, None)
@@ -146,13 +152,35 @@ def vllm_message(data: Mapping[str, Any], reasoning_field: str) -> dict[str, Any
             out.pop(key, None)
     if data.get("role") != "tool":
         out.pop("tool_call_id", None)
-    elif isinstance(content := out.get("content"), list) and all(
-        isinstance(p, Mapping) and p.get("type") == "text" for p in content
-    ):
-        out["content"] = "\n".join(p.get("text", "") for p in content)
     if data.get("role") == "developer":
         out["tools"] = copy.deepcopy(data.get("tools"))
     return out
+
+
+_TEXT_PARTS = {
+    "text": "text",
+    "input_text": "text",
+    "output_text": "text",
+    "refusal": "refusal",
+    "thinking": "thinking",
+}
+
+
+def vllm_content(content: Any, content_format: ContentFormat, role: Any) -> Any:
+    """A list of text parts as vLLM hands it on: for a ``"string"`` template the non-empty
+    texts joined with newlines; for an ``"openai"`` one the parts kept, a tool message's
+    all-``text`` parts joined (empty ones too). Anything else, and any list holding a media
+    part (which vLLM loads and replaces by a placeholder), is passed on as it is."""
+    if not isinstance(content, list):
+        return content
+    if not all(isinstance(p, Mapping) and p.get("type") in _TEXT_PARTS and "uuid" not in p for p in content):
+        return content
+    if content_format == "string":
+        texts = [p.get(_TEXT_PARTS[p["type"]]) for p in content]
+        return "\n".join(t for t in texts if t)
+    if role == "tool" and all(p["type"] == "text" for p in content):
+        return "\n".join(p.get("text", "") for p in content)
+    return content
 
 
 def _vllm_call(call: Mapping[str, Any]) -> dict[str, Any]:

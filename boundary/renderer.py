@@ -22,6 +22,7 @@ from boundary.boundaries import (
     encode_rendering_sanitized,
     mark_control_tokens,
 )
+from boundary.content_format import detect_content_format
 from boundary.continuation import cut_after_final_message, generation_prompt, open_final_message
 from boundary.encoding import token_pattern
 from boundary.errors import RequestError, TemplateLoadError
@@ -181,11 +182,13 @@ class Renderer:
             reasoning_field=self.spec.reasoning_field,
             arguments=arguments or self.tool_arguments(variant),
         )
+        content_format = detect_content_format(self.template(variant))
+        out = [vllm_message(m, self.spec.reasoning_field, content_format) for m in template_messages]
         if self.spec.content_parts == "join":
-            for m in template_messages:
+            for m in out:
                 if isinstance(m.get("content"), list):
                     m["content"] = "\n".join(p["text"] for p in m["content"] if p.get("type") == "text")
-        return [vllm_message(m, self.spec.reasoning_field) for m in template_messages]
+        return out
 
     def tool_arguments(self, variant: str | None = None) -> ArgumentsForm:
         """How ``variant``'s template wants tool-call arguments: the variant's own

@@ -64,8 +64,9 @@ class Session:
     ``True`` distinct), taken when it is rendered, so a caller may pass freshly parsed dicts
     every turn or edit earlier message objects in place between turns. Tools are keyed the
     same way, as a whole. Everything kept was validated and normalized under one
-    ``(arguments, strict_request, target)``; a call with another starts the messages over,
-    and the tools key includes ``strict_request`` and the target.
+    ``(arguments, strict_request, target, variant)`` (the variant chosen: the content format
+    vLLM detects is the template's); a call with another starts the messages over, and the
+    tools key includes ``strict_request`` and the target.
     """
 
     def __init__(self, family: Renderer) -> None:
@@ -73,8 +74,8 @@ class Session:
         self.stats = SessionStats()
         self._keys: list[ContentKey | None] = []  # keys of the messages last given
         self._normalized: list[dict[str, Any]] = []
-        # (arguments, strict_request, target) the kept messages were normalized under
-        self._parsed_under: tuple[ArgumentsForm | None, bool, str] | None = None
+        # (arguments, strict_request, target, variant) the kept messages were normalized under
+        self._parsed_under: tuple[ArgumentsForm | None, bool, str, str] | None = None
         self._tools_key: tuple[bool, str, ContentKey] | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._text = ""
@@ -102,9 +103,10 @@ class Session:
         fam = self.family
         check_arguments(arguments)
         resolved = resolve_target(target)
+        selected = fam.select_variant(variant, tools)
         if resolved.family_conventions:
-            arguments = arguments or fam.tool_arguments(variant)
-        normalized = self._prepare(messages, arguments, strict_request, resolved)
+            arguments = arguments or fam.tool_arguments(selected)
+        normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
         self._prepare_tools(tools, strict_request, resolved)
         options: dict[str, Any] = {
             "continue_final_message": continue_final_message,
@@ -145,14 +147,15 @@ class Session:
         arguments: ArgumentsForm | None,
         strict: bool,
         target: RenderTarget,
+        variant: str,
     ) -> list[dict[str, Any]]:
         """The normalized messages: those whose key matches the one kept at the same index
         (a prefix) are reused, the rest validated and normalized again."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
-        if (arguments, strict, target.name) != self._parsed_under:
+        if (arguments, strict, target.name, variant) != self._parsed_under:
             self._keys, self._normalized = [], []
-            self._parsed_under = (arguments, strict, target.name)
+            self._parsed_under = (arguments, strict, target.name, variant)
         keys = [item_key(m) for m in messages]
         keep = 0
         limit = min(len(keys), len(self._keys))
@@ -162,7 +165,7 @@ class Session:
         models = parse_messages(
             tail, first_index=keep, call_ids=call_ids_of(self._normalized[:keep]), strict=strict
         )
-        normalized = self.family.normalize(models, arguments, target=target, sent=tail)
+        normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
         self._normalized = self._normalized[:keep] + normalized
         self._keys = keys
         self.stats.revalidated_messages += len(tail)

@@ -171,9 +171,10 @@ def request_strategy(
     """A request; arguments as an object only where ``dict_arguments`` (vLLM's request model
     takes them as text only)."""
     assistant = draw(assistant_strategy(dict_arguments))
+    parts = [{"type": "text", "text": "Hi"}, {"type": "text", "text": ""}, {"type": "text", "text": "there"}]
     messages = [
         {"role": "system", "content": "Be brief."},
-        _shuffled(draw, {"role": "user", "content": "Hi", "name": "ann"}),
+        _shuffled(draw, {"role": "user", "content": draw(st.sampled_from(["Hi", parts])), "name": "ann"}),
         assistant,
     ]
     if assistant.get("tool_calls"):
@@ -228,7 +229,14 @@ ODD_TOOLS = [
     }
 ]
 ODD_TURN = [
-    {"role": "user", "content": "Weather in Rome?"},
+    {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Weather"},
+            {"type": "text", "text": ""},
+            {"type": "text", "text": "in Rome?"},
+        ],
+    },
     {
         "content": None,
         "role": "assistant",
@@ -371,3 +379,32 @@ def test_an_explicit_argument_form_applies_under_the_transformers_target() -> No
     r = _custom(DUMP).render(sent, target="transformers", arguments="object")
     assert r.text == _transformers_reference("qwen3_5", DUMP, as_object, None)[0]
     assert r.text != _custom(DUMP).render(sent, target="transformers").text
+
+
+CRAFTED_FORMATS = [
+    "{% for m in messages %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endfor %}",
+    "{% for m in messages %}{% for p in m['content'] | list %}{{ p }}{% endfor %}{% endfor %}",
+    "{% set ns = namespace(rest=messages) %}{% for m in ns.rest %}{% for p in m.content %}{% endfor %}"
+    "{% endfor %}",
+    "{% set msgs = messages[1:] %}{% for m in msgs %}{% for k, v in m.content %}{% endfor %}{% endfor %}",
+    "{% macro show(c) %}{% for p in c %}{{ p.text }}{% endfor %}{% endmacro %}"
+    "{% for m in messages %}{{ show(m.content) }}{% endfor %}",
+    "{% for m in messages %}{% set content = m.content %}{% for p in content %}{% endfor %}{% endfor %}",
+    "{% for m in messages %}{{ m.content }}{% endfor %}",
+    "{% for m in messages %}{{ m.content",
+]
+
+
+@pytest.mark.vllm
+def test_the_content_format_is_the_one_vllm_detects() -> None:
+    from vllm.renderers.hf import _detect_content_format
+
+    from boundary.content_format import detect_content_format
+    from boundary.registry import shipped_templates
+    from tests.test_family import HELD_OUT
+
+    sources = [t for n in boundary.family_names() for t in shipped_templates(n).values()]
+    sources += [p.read_text(encoding="utf-8") for p in sorted(HELD_OUT.glob("*.jinja"))] + CRAFTED_FORMATS
+    found = [detect_content_format(s) for s in sources]
+    assert found == [_detect_content_format(s, default="string") for s in sources]
+    assert {"openai", "string"} <= set(found)
