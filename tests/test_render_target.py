@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import boundary
 from boundary.render_target import DEFAULT_TARGET, resolve_target, transformers_target
-from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases
+from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases, loops_over_content
 
 TRANSFORMERS = tuple(int(p) for p in metadata.version("transformers").split(".")[:3])
 needs_5_24 = pytest.mark.skipif(
@@ -408,3 +408,5 @@ def test_the_content_format_is_the_one_vllm_detects() -> None:
     found = [detect_content_format(s) for s in sources]
     assert found == [_detect_content_format(s, default="string") for s in sources]
     assert {"openai", "string"} <= set(found)
+    real = len(sources) - len(CRAFTED_FORMATS)  # the reference the other tests build agrees too
+    assert [loops_over_content(s) for s in sources[:real]] == [f == "openai" for f in found[:real]]
