@@ -261,7 +261,8 @@ ODD_TURN = [
 
 
 def _matrix() -> list[Any]:
-    cases = [c for c in fixture_cases() if c["name"] in ("multi_turn", "tool_loop", "reasoning_in_history")]
+    names = ("multi_turn", "tool_loop", "reasoning_in_history", "content_parts")
+    cases = [c for c in fixture_cases() if c["name"] in names]
     requests = [(c["name"], c["messages"], c.get("tools")) for c in cases] + [
         ("odd_tools", ODD_TURN, ODD_TOOLS)
     ]
