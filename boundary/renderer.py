@@ -23,11 +23,20 @@ from boundary.boundaries import (
     encode_rendering_sanitized,
     mark_control_tokens,
 )
+from boundary.content_format import detect_content_format
 from boundary.continuation import cut_after_final_message, generation_prompt, open_final_message
 from boundary.encoding import token_pattern
 from boundary.errors import RequestError, TemplateLoadError
 from boundary.marks import TextRendering
+from boundary.render_target import (
+    RenderTarget,
+    resolve_target,
+    template_tools,
+    transformers_message,
+    vllm_message,
+)
 from boundary.rendering import Rendering
+from boundary.request.identity import as_read
 from boundary.request.limits import check_value
 from boundary.request.models import Message, Tool
 from boundary.request.validation import (
@@ -35,7 +44,6 @@ from boundary.request.validation import (
     parse_messages,
     parse_tools,
     to_template_messages,
-    to_template_tools,
 )
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.spec import FamilySpec
@@ -130,14 +138,19 @@ class Renderer:
         arguments: ArgumentsForm | None = None,
         variant: str | None = None,
         strict_request: bool = False,
+        target: str | RenderTarget | None = None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-        """Validate a request and normalize it into the dicts ``variant``'s template reads.
+        """Validate a request and normalize it into the dicts ``variant``'s template reads, as
+        ``target`` hands them over (``boundary.render_target``; default ``vllm-0.33``).
         ``strict_request`` refuses fields and content part types outside the OpenAI schema."""
         check_arguments(arguments)
+        resolved = resolve_target(target)
         variant = self.select_variant(variant, tools)
         parsed = parse_messages(messages, strict=strict_request)
-        template_tools = to_template_tools(parse_tools(tools, strict=strict_request))
-        return self.normalize(parsed, arguments, variant=variant), template_tools
+        parsed_tools = parse_tools(tools, strict=strict_request)
+        sent_tools = None if tools is None else [as_read(t) for t in tools]
+        normalized = self.normalize(parsed, arguments, variant=variant, target=resolved, sent=messages)
+        return normalized, template_tools(resolved, parsed_tools, sent_tools)
 
     def normalize(
         self,
@@ -145,21 +158,39 @@ class Renderer:
         arguments: ArgumentsForm | None = None,
         *,
         variant: str | None = None,
+        target: str | RenderTarget | None = None,
+        sent: Sequence[Any] | None = None,
     ) -> list[dict[str, Any]]:
-        """Validated messages as the dicts this family's templates read (``to_template_messages``;
-        tool-call arguments in ``arguments`` form, default ``tool_arguments(variant)``). A family
-        whose templates read text only (``content_parts = "join"``) gets the text parts joined."""
+        """Validated messages as the dicts this family's templates read, as ``target`` hands
+        them over. ``sent`` is the request as the client sent it (default: the messages'
+        ``model_dump(exclude_unset=True)``), which transformers targets pass on as is.
+        Tool-call arguments are in ``arguments`` form, by default ``tool_arguments(variant)``
+        for a frontend target (vLLM) and as sent for transformers. A family whose templates
+        read text only (``content_parts = "join"``) gets the text parts joined (vLLM)."""
         check_arguments(arguments)
+        resolved = resolve_target(target)
+        if not resolved.family_conventions:
+            raw = [as_read(m) for m in (messages if sent is None else sent)]
+            out = [transformers_message(m, resolved) for m in raw]  # type: ignore[arg-type]
+            if arguments is not None:  # an explicit form: only the arguments' values change
+                forced = to_template_messages(messages, arguments=arguments)
+                for m, f in zip(out, forced, strict=True):
+                    calls = zip(m.get("tool_calls") or (), f.get("tool_calls") or (), strict=False)
+                    for call, forced_call in calls:
+                        call["function"]["arguments"] = forced_call["function"]["arguments"]
+            return out
         template_messages = to_template_messages(
             messages,
             reasoning_field=self.spec.reasoning_field,
             arguments=arguments or self.tool_arguments(variant),
         )
+        content_format = detect_content_format(self.template(variant))
+        out = [vllm_message(m, self.spec.reasoning_field, content_format) for m in template_messages]
         if self.spec.content_parts == "join":
-            for m in template_messages:
+            for m in out:
                 if isinstance(m.get("content"), list):
                     m["content"] = "\n".join(p["text"] for p in m["content"] if p.get("type") == "text")
-        return template_messages
+        return out
 
     def tool_arguments(self, variant: str | None = None) -> ArgumentsForm:
         """How ``variant``'s template wants tool-call arguments: the variant's own
@@ -185,6 +216,7 @@ class Renderer:
         continue_final_message: bool | str = False,
         strict_request: bool = False,
         strict_template_kwargs: bool = False,
+        target: str | RenderTarget | None = None,
         **template_kwargs: Any,
     ) -> Rendering:
         """Render one request in a single pass.
@@ -194,7 +226,9 @@ class Renderer:
         instead); ``now`` pins ``strftime_now`` for date-stamped templates; ``arguments``
         chooses whether tool-call arguments reach the template as objects or as the JSON text
         the client sent (default: ``tool_arguments(variant)``); ``strict_request`` refuses
-        fields outside the OpenAI chat schema.
+        fields outside the OpenAI chat schema; ``target`` names whose request handling the
+        render reproduces (``boundary.render_target``: ``"vllm-0.33"``, the default, or
+        ``"transformers"``), an unknown one being a ``RequestError`` at ``target``.
 
         ``continue_final_message`` (True for the content, or the name of the field to
         continue, as in transformers) renders the final message open for the model to
@@ -202,14 +236,19 @@ class Renderer:
         U_end / P_end are as ``Rendering`` documents. ``add_generation_prompt`` defaults to
         ``not continue_final_message``; asking for both is a ``RequestError``.
         """
-        template_messages, template_tools = self.prepare(
-            messages, tools, arguments=arguments, variant=variant, strict_request=strict_request
+        prepared_messages, prepared_tools = self.prepare(
+            messages,
+            tools,
+            arguments=arguments,
+            variant=variant,
+            strict_request=strict_request,
+            target=target,
         )
         # Each entry point spells out the public keyword arguments and passes them on one by one
         # (alike by design: typed signatures, no **kwargs between them).
         return self.render_prepared(
-            template_messages,
-            template_tools,
+            prepared_messages,
+            prepared_tools,
             add_generation_prompt,
             variant=variant,
             documents=documents,

@@ -32,16 +32,16 @@ from typing import Any
 from boundary.encoding import Clock, Cut, CutTokenMap
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
+from boundary.render_target import RenderTarget, resolve_target, template_tools
 from boundary.renderer import Renderer, check_arguments
 from boundary.rendering import Rendering
-from boundary.request.identity import ContentKey, item_key, items_key
+from boundary.request.identity import ContentKey, as_read, item_key, items_key
 from boundary.request.models import Message, Tool
 from boundary.request.validation import (
     ArgumentsForm,
     call_ids_of,
     parse_messages,
     parse_tools,
-    to_template_tools,
 )
 
 
@@ -62,9 +62,10 @@ class Session:
     ``boundary.request.identity.item_key`` (key order and value types kept, ``1`` / ``1.0`` /
     ``True`` distinct), taken when it is rendered, so a caller may pass freshly parsed dicts
     every turn or edit earlier message objects in place between turns. Tools are keyed the
-    same way, as a whole. Everything kept was validated under one ``(arguments,
-    strict_request)`` pair; a call with another pair starts the messages over, and the tools
-    key includes ``strict_request``.
+    same way, as a whole. Everything kept was validated and normalized under one
+    ``(arguments, strict_request, target, variant)`` (the variant chosen: the content format
+    vLLM detects is the template's); a call with another starts the messages over, and the
+    tools key includes ``strict_request`` and the target.
     """
 
     def __init__(self, family: Renderer) -> None:
@@ -72,8 +73,9 @@ class Session:
         self.stats = SessionStats()
         self._keys: list[ContentKey | None] = []  # keys of the messages last given
         self._normalized: list[dict[str, Any]] = []
-        self._parsed_under: tuple[ArgumentsForm, bool] | None = None  # (arguments, strict_request)
-        self._tools_key: tuple[bool, ContentKey] | None = None
+        # (arguments, strict_request, target, variant) the kept messages were normalized under
+        self._parsed_under: tuple[ArgumentsForm | None, bool, str, str] | None = None
+        self._tools_key: tuple[bool, str, ContentKey] | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._text = ""
         self._ids: list[int] = []
@@ -95,14 +97,19 @@ class Session:
         continue_final_message: bool | str = False,
         strict_request: bool = False,
         strict_template_kwargs: bool = False,
+        target: str | RenderTarget | None = None,
         **template_kwargs: Any,
     ) -> Rendering:
         """Same signature and result as ``Family.render``: the renderer renders the prepared
         messages, with this session's encoder (``_encode``) in place of a full encode."""
         fam = self.family
         check_arguments(arguments)
-        normalized = self._prepare(messages, arguments or fam.tool_arguments(variant), strict_request)
-        self._prepare_tools(tools, strict_request)
+        resolved = resolve_target(target)
+        selected = fam.select_variant(variant, tools)
+        if resolved.family_conventions:
+            arguments = arguments or fam.tool_arguments(selected)
+        normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
+        self._prepare_tools(tools, strict_request, resolved)
         if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
             self._text, self._ids, self._cuts = "", [], []
         return fam.render_with_encoder(
@@ -120,14 +127,20 @@ class Session:
         )
 
     def _prepare(
-        self, messages: Sequence[Any], arguments: ArgumentsForm, strict: bool = False
+        self,
+        messages: Sequence[Any],
+        arguments: ArgumentsForm | None,
+        strict: bool,
+        target: RenderTarget,
+        variant: str,
     ) -> list[dict[str, Any]]:
         """The normalized messages: those whose key matches the one kept at the same index
         (a prefix) are reused, the rest validated and normalized again."""
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
-        if (arguments, strict) != self._parsed_under:
-            self._keys, self._normalized, self._parsed_under = [], [], (arguments, strict)
+        if (arguments, strict, target.name, variant) != self._parsed_under:
+            self._keys, self._normalized = [], []
+            self._parsed_under = (arguments, strict, target.name, variant)
         keys = [item_key(m) for m in messages]
         keep = 0
         limit = min(len(keys), len(self._keys))
@@ -137,17 +150,20 @@ class Session:
         models = parse_messages(
             tail, first_index=keep, call_ids=call_ids_of(self._normalized[:keep]), strict=strict
         )
-        self._normalized = self._normalized[:keep] + self.family.normalize(models, arguments)
+        normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
+        self._normalized = self._normalized[:keep] + normalized
         self._keys = keys
         self.stats.revalidated_messages += len(tail)
         return list(self._normalized)
 
-    def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool) -> None:
-        """Validate and normalize ``tools`` unless exactly these were, under this ``strict``."""
+    def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool, target: RenderTarget) -> None:
+        """Validate and normalize ``tools`` unless exactly these were, under this ``strict``
+        and ``target``."""
         key = items_key(tools)
-        if key is None or (strict, key) != self._tools_key:
-            self._tools = to_template_tools(parse_tools(tools, strict=strict))
-            self._tools_key = None if key is None else (strict, key)
+        if key is None or (strict, target.name, key) != self._tools_key:
+            sent = None if tools is None else [as_read(t) for t in tools]
+            self._tools = template_tools(target, parse_tools(tools, strict=strict), sent)
+            self._tools_key = None if key is None else (strict, target.name, key)
 
     def _encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
         """``text``'s ids and token map: the previous ids up to the last safe cut at least

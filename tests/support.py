@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cache
@@ -68,9 +69,10 @@ def reference_request(
     content made ``""``; ``tool_calls`` left out when None or empty, each call typed
     ``function``, its arguments parsed to an object (or kept / written as JSON text for a
     template that wants text); reasoning under ``reasoning`` and ``reasoning_content``
-    (``reasoning`` wins) and under the family's reasoning field unless set; and for a
-    family that reads text only, text parts joined with newlines. Family facts are read
-    from its spec (data)."""
+    (``reasoning`` wins) and under the family's reasoning field unless set; for a family
+    that reads text only, text parts joined with newlines; and, as vLLM 0.33.0 does for a
+    template that never loops over message content, a list of text parts joined into its
+    non-empty texts with newlines. Family facts are read from its spec (data)."""
     spec = fam.spec
     wanted = next(
         (v.tool_arguments for v in spec.variants if v.name == (variant or fam.default_variant)), None
@@ -78,11 +80,29 @@ def reference_request(
     as_text = (wanted or spec.tool_arguments) == "string"
     raw = copy.deepcopy(list(messages))
     out = [_reference_message(dict(m), spec.reasoning_field, as_text) for m in raw]
+    chosen = variant or ("tool_use" if tools is not None and "tool_use" in fam.templates else None)
+    if not loops_over_content(fam.templates[chosen or fam.default_variant]):
+        for m in out:
+            content = m.get("content")
+            if isinstance(content, list) and all(
+                isinstance(p, dict) and p.get("type") == "text" for p in content
+            ):
+                m["content"] = "\n".join(p["text"] for p in content if p["text"])
     if spec.content_parts == "join":
         for m in out:
             if isinstance(m.get("content"), list):
                 m["content"] = "\n".join(p["text"] for p in m["content"] if p.get("type") == "text")
     return out, None if tools is None else copy.deepcopy(list(tools))
+
+
+_CONTENT_LOOP = re.compile(r"\{%-?\s*for\s+\w+\s+in\s+[^%]*content\b[^%]*%\}")
+
+
+def loops_over_content(template: str) -> bool:
+    """Whether ``template`` has a ``{% for ... in ...content... %}`` loop: vLLM's "openai"
+    content format, here as a plain text search (vLLM walks the AST); the two agree on every
+    shipped and held-out template (``tests/test_render_target.py``)."""
+    return _CONTENT_LOOP.search(template) is not None
 
 
 def _reference_message(m: dict[str, Any], reasoning_field: str, as_text: bool) -> dict[str, Any]:

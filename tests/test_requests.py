@@ -254,7 +254,7 @@ def test_a_template_reading_a_reasoning_field_sees_what_transformers_shows_it(fi
         {"role": "assistant", "content": "Sunny.", field: value, "refusal": None, "annotations": []},
         {"role": "user", "content": "And tomorrow?"},
     ]
-    r = _custom(template).render(messages)
+    r = _custom(template).render(messages, target="transformers")
     assert r.text == _hf(template).apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert r.token_ids == _hf(template).apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False
@@ -271,7 +271,7 @@ def test_a_real_template_reading_thinking_reasoning_and_reasoning_content() -> N
             {"role": "assistant", "content": "Sunny.", field: "it is summer", "refusal": None},
             {"role": "user", "content": "And tomorrow?"},
         ]
-        r = _custom(template).render(messages, preserve_thinking=True)
+        r = _custom(template).render(messages, preserve_thinking=True, target="transformers")
         ref = _hf(template).apply_chat_template(
             messages, add_generation_prompt=True, tokenize=False, preserve_thinking=True
         )
@@ -290,7 +290,7 @@ def test_content_parts_reach_the_template_as_transformers_passes_them() -> None:
         {"type": "input_audio", "input_audio": {"data": "AAAA", "format": "wav"}},
     ]
     messages = [{"role": "user", "content": parts}]
-    r = _custom(template).render(messages)
+    r = _custom(template).render(messages, target="transformers")
     assert r.text == _hf(template).apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 

@@ -33,6 +33,11 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--family", default=DEFAULT_FAMILY, help=f"shipped family (default: {DEFAULT_FAMILY})")
     p.add_argument("--variant", help="template variant (default: the family's default)")
     p.add_argument(
+        "--target",
+        help="whose request handling to reproduce: 'vllm-0.33' (default), 'transformers' (the "
+        "installed version) or 'transformers-X.Y'",
+    )
+    p.add_argument(
         "--conversation",
         type=Path,
         help="JSON file: a list of messages, or an object with 'messages' (and 'tools')",
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
     import boundary
     from boundary.errors import RequestError
+    from boundary.render_target import resolve_target
 
     units = args.unit or [16, 64, 528]
     if any(u < 1 for u in units):
@@ -89,10 +95,11 @@ def run(args: argparse.Namespace) -> int:
     if args.context < 0:
         raise ValueError(f"--context must be at least 0, got {args.context}")
     kwargs = template_kwargs(args.template_kwargs)
+    target = resolve_target(args.target)
     messages, tools = _load(args.conversation)
     fam = boundary.load_family(args.family, variant=args.variant)
     try:
-        r = fam.render(messages, tools=tools, **kwargs)
+        r = fam.render(messages, tools=tools, target=target, **kwargs)
     except RequestError as exc:  # a field of the conversation file: name the file too
         if args.conversation is None or exc.location is None or exc.location.startswith("template"):
             raise
@@ -166,9 +173,12 @@ def _table(fam: Any, r: Any, args: argparse.Namespace, n_messages: int, units: l
 
 def _result(fam: Any, r: Any, args: argparse.Namespace, units: list[int]) -> dict[str, Any]:
     """The ``--json`` record."""
+    from boundary.render_target import resolve_target
+
     return {
         "family": fam.name,
         "variant": args.variant or fam.default_variant,
+        "target": resolve_target(args.target).name,
         "tokenizer": fam.tokenizer.source,
         "p_end": r.p_end,
         "u_end": r.u_end,

@@ -29,7 +29,6 @@ from boundary.request.validation import (
     parse_messages,
     parse_tools,
     to_template_messages,
-    to_template_tools,
 )
 
 # The public names of the modules above, listed again so that ``boundary.request`` is the one
@@ -57,5 +56,4 @@ __all__ = [
     "parse_messages",
     "parse_tools",
     "to_template_messages",
-    "to_template_tools",
 ]

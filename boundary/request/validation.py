@@ -6,8 +6,8 @@ surrogate checks on raw input).
 
 Validation, normalization and rendering are separate stages: ``parse_messages`` /
 ``parse_tools`` turn untrusted input into models (or raise ``RequestError`` naming the
-message index and field), and ``to_template_messages`` / ``to_template_tools`` turn models
-into the plain dicts a chat template reads.
+message index and field), and ``to_template_messages`` turns models into the plain dicts a chat
+template reads (``boundary.render_target`` decides how tools reach it).
 
 Leniency: the fields clients send beyond the chat schema (what the OpenAI SDK echoes back:
 ``refusal``, ``annotations``, ``audio``, ``function_call``, ...; other frontends' fields such
@@ -251,9 +251,3 @@ def to_template_messages(
 def call_ids_of(template_messages: Sequence[Mapping[str, Any]]) -> set[str]:
     """The tool-call ids made by the assistant messages among ``template_messages``."""
     return {c["id"] for m in template_messages for c in m.get("tool_calls") or () if c.get("id")}
-
-
-def to_template_tools(tools: Sequence[Tool] | None) -> list[dict[str, Any]] | None:
-    if tools is None:
-        return None
-    return [tool.model_dump(exclude_none=True) for tool in tools]
