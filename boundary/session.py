@@ -15,7 +15,9 @@ whose added tokens strip any run of whitespace) is simply encoded in full every 
 Templates that rewrite history (dropping earlier reasoning, injecting a date or a default
 system prompt) simply move that point back to where the texts first differ.
 
-The Jinja render itself is repeated every turn: it is the only way to know the exact text.
+The template runs every turn, but its message loop replays the iterations whose inputs are
+unchanged (``boundary.incremental``; ``SessionStats.full_render_reason`` says why a template
+runs in full).
 
 ``SessionCache`` keeps sessions by id with a capacity and least-recently-used eviction.
 """
@@ -32,6 +34,7 @@ from typing import Any
 from boundary.boundaries import Rendering, assemble
 from boundary.encoding import Clock, Cut, CutTokenMap
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
+from boundary.incremental import Incremental
 from boundary.prefixes import common_prefix_length
 from boundary.protocol import (
     ArgumentsForm,
@@ -54,6 +57,9 @@ class SessionStats:
     reused_tokens: int = 0
     encoded_tokens: int = 0
     revalidated_messages: int = 0
+    reused_iterations: int = 0  # message-loop iterations replayed (``boundary.incremental``)
+    rendered_iterations: int = 0
+    full_render_reason: str | None = None  # why the last render ran the template in full
 
 
 class Session:
@@ -79,6 +85,7 @@ class Session:
         self._text = ""
         self._ids: list[int] = []
         self._cuts: list[Cut] = []
+        self._incremental = Incremental()
 
     def render(
         self,
@@ -118,7 +125,8 @@ class Session:
                 **options,
                 **template_kwargs,
             )
-        rendered = fam.render_text(
+        rendered = self._incremental.render_text(
+            fam,
             normalized,
             self._tools,
             add_generation_prompt,
@@ -128,6 +136,9 @@ class Session:
             **options,
             **template_kwargs,
         )
+        inc, stats = self._incremental, self.stats
+        stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
+        stats.full_render_reason = inc.reason
         text = rendered.text
         ids, token_map = self._encode(text, rendered.deadline)
         result = assemble(rendered, text, ids, token_map, lambda c: c)
