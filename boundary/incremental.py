@@ -22,6 +22,7 @@ why.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+import operator
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -69,6 +70,7 @@ def _environment(limits: RenderLimits) -> Sandbox:
             ip.LOOP_ALL: _loop_all,
             ip.NS_ALL: _ns_all,
             ip.SEQ_ALL: _seq_all,
+            ip.COMPARE: _compare,
         }
     )
     return env
@@ -163,6 +165,31 @@ def _seq_all(seq: Any, name: str) -> Any:
     if run.open is not None:
         run.record_key(("seqall", name))
     return seq
+
+
+def _compare(result: Any, spec: tuple[Any, ...]) -> Any:
+    run = _RUN.get()
+    op = run.open
+    if op is not None:
+        leaves = [spec[0], *(leaf for _, leaf in spec[1:])]
+        if any(leaf[0] == "ns" and (leaf[1], leaf[2]) in op.written for leaf in leaves):
+            for leaf in leaves:  # the outcome rests on a value this iteration wrote: the rest, one by one
+                if leaf[0] != "const" and not (leaf[0] == "ns" and (leaf[1], leaf[2]) in op.written):
+                    run.record(leaf, run.raw(leaf))
+        else:
+            run.record(("cmp", spec), result)
+    return result
+
+
+_OPERATORS = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "gt": operator.gt,
+    "gteq": operator.ge,
+    "lt": operator.lt,
+    "lteq": operator.le,
+}
+_FAILED = object()  # a comparison that raised: equal to no recorded outcome
 
 
 # -- the per-session store and one render's run -----------------------------------------------
@@ -260,6 +287,7 @@ class _Run:
         self.loop: Any = None
         self.ns: dict[str, Any] = {}
         self.seqs: dict[str, Any] = {}
+        self.slots = 0  # iterations entered
         self.done: list[tuple[_Open, int, _Entry]] = []  # (iteration, where its output ends, entry)
         self.used: list[tuple[tuple[Any, ...], _Entry]] = []
 
@@ -281,6 +309,7 @@ class _Run:
         if self.outer is None:
             self._begin(values)
         self.loop, self.missing = loop, True
+        self.slots += 1
         store = self.store
         store.rendered += 1
         item_key = self.keys.of(item)
@@ -344,9 +373,34 @@ class _Run:
             else:
                 op.reads[desc] = key
 
+    def raw(self, desc: tuple[Any, ...]) -> Any:
+        """What a comparison operand gives now."""
+        kind = desc[0]
+        if kind == "const":
+            return desc[1]
+        if kind == "loop":
+            return getattr(self.loop, desc[1])
+        if kind == "ns":
+            return self.env.getattr(self.ns[desc[1]], desc[2])
+        return len(self.seqs[desc[1]])
+
+    def _outcome(self, spec: tuple[Any, ...]) -> Any:
+        try:
+            left = self.raw(spec[0])
+            for op, leaf in spec[1:]:
+                right = self.raw(leaf)
+                if not _OPERATORS[op](left, right):
+                    return (bool, False)
+                left = right
+        except Exception:
+            return _FAILED
+        return (bool, True)
+
     def value(self, desc: tuple[Any, ...]) -> Any:
         """The key of what the read ``desc`` gives now (the trace's reads, re-evaluated)."""
         kind, of = desc[0], self.keys.of
+        if kind == "cmp":
+            return self._outcome(desc[1])
         if kind == "loop":
             return of(getattr(self.loop, desc[1]))
         if kind == "ns":
@@ -371,7 +425,8 @@ class Incremental:
     def __init__(self) -> None:
         self.keys = _Keys()
         self.entries: dict[tuple[Any, ...], list[_Entry]] = {}
-        self._last: dict[tuple[Any, ...], list[_Entry]] = {}
+        self._touched: dict[tuple[Any, ...], int] = {}  # key -> the last render that used it
+        self._generation = 0
         self._outer: dict[tuple[Any, ...], int] = {}
         self.reason: str | None = None
         self.reused = 0  # iterations replayed, over all renders
@@ -381,7 +436,7 @@ class Incremental:
         if outer not in self._outer:
             if len(self._outer) >= _MAX_OUTER:
                 self._outer.clear()
-                self.entries, self._last = {}, {}
+                self.entries, self._touched = {}, {}
             self._outer[outer] = len(self._outer)
         return self._outer[outer]
 
@@ -476,17 +531,20 @@ class Incremental:
         return rd._read_marks(raw, recorder, compiled, len(messages), deadline)
 
     def _keep(self, run: _Run, raw: str) -> None:
-        """Keep the iterations this render used or rendered, and those of the render before."""
-        nonce = run.recorder.nonce
-        now: dict[tuple[Any, ...], list[_Entry]] = {}
+        """Keep what this render used or rendered; forget what the last two renders did not
+        touch once the store outgrows the conversation."""
+        nonce, entries = run.recorder.nonce, self.entries
+        self._generation += 1
+        generation = self._generation
         for key, entry in run.used:
-            now.setdefault(key, []).append(entry)
+            self._touched[key] = generation
         for op, end, entry in run.done:
             parts = tuple(raw[op.start : end].split(nonce))
-            now.setdefault(op.key, []).insert(0, replace(entry, parts=parts))
-        merged = {k: list(v) for k, v in self._last.items()}
-        for key, entries in now.items():
-            kept = merged.setdefault(key, [])
-            kept[:0] = [e for e in entries if all(e is not k for k in kept)]
+            kept = entries.setdefault(op.key, [])
+            kept.insert(0, replace(entry, parts=parts))
             del kept[4:]
-        self._last, self.entries = now, merged
+            self._touched[op.key] = generation
+        if len(entries) > 2 * run.slots + 16:
+            for key in [k for k, g in self._touched.items() if g < generation - 1]:
+                del self._touched[key]
+                entries.pop(key, None)

@@ -44,7 +44,9 @@ LENGTH = "bnd.i.len"  # seq|hook('name'): seq|length
 LOOP_ALL = "bnd.i.loopall"  # pass-through, recording the whole loop state (a probe's argument)
 NS_ALL = "bnd.i.nsall"
 SEQ_ALL = "bnd.i.seqall"
-HOOKS = frozenset({ENTER, MISS, LEAVE, LOOP, NS, NS_WRITE, ITEM, LENGTH, LOOP_ALL, NS_ALL, SEQ_ALL})
+COMPARE = "bnd.i.cmp"  # (a < b)|hook(spec): a comparison of loop / namespace reads, recorded by its outcome
+HOOKS = frozenset({ENTER, MISS, LEAVE, LOOP, NS, NS_WRITE, ITEM, LENGTH, LOOP_ALL, NS_ALL, SEQ_ALL, COMPARE})
+COMPARE_OPS = frozenset({"eq", "ne", "gt", "gteq", "lt", "lteq"})
 
 LOOP_ATTRS = frozenset(
     {"index", "index0", "revindex", "revindex0", "first", "last", "length", "previtem", "nextitem", "depth", "depth0"}
@@ -185,6 +187,7 @@ class _Rewrite(NodeTransformer):
         self.nested = False  # inside a loop nested in the body or in a macro: `loop` is its own
         self.outer: dict[str, None] = {}
         self.called: dict[str, None] = {}
+        self.assigned: set[str] = set()  # names surely bound on every path to here in this scope
 
     def _unsafe(self, node: nodes.Node, what: str) -> _Unsafe:
         where = f"macro {self.scope.macro!r} called from the message loop" if self.scope.macro else "the message loop"
@@ -196,7 +199,7 @@ class _Rewrite(NodeTransformer):
 
     def visit_Name(self, node: nodes.Name) -> nodes.Node:
         name = node.name
-        if node.ctx != "load" or not self._shared(name):
+        if node.ctx != "load" or not self._shared(name) or name in self.assigned:
             return node
         if name == "loop":
             if not self.nested:
@@ -223,6 +226,37 @@ class _Rewrite(NodeTransformer):
                 return _hook(LOOP, node, [_const(node.attr, line)], line)
             if owner.name in self.namespaces:
                 return _hook(NS, node, [_const(owner.name, line), _const(node.attr, line)], line)
+        return self.generic_visit(node)
+
+    def _leaf(self, node: nodes.Expr) -> tuple[object, ...] | None:
+        """A comparison operand the runtime can re-evaluate: a constant, ``loop.<attr>``,
+        ``ns.<attr>`` or ``messages|length`` (None: another expression)."""
+        if isinstance(node, nodes.Const) and type(node.value) in (int, str, bool, type(None)):
+            return ("const", node.value)
+        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and self._shared(node.node.name):
+            owner = node.node.name
+            if owner == "loop" and not self.nested and self.scope.macro is None and node.attr in LOOP_ATTRS:
+                return ("loop", node.attr)
+            if owner in self.namespaces:
+                return ("ns", owner, node.attr)
+        if (
+            isinstance(node, nodes.Filter)
+            and node.name in LENGTH_FILTERS
+            and isinstance(node.node, nodes.Name)
+            and node.node.name in self.sequences
+            and self._shared(node.node.name)
+            and not (node.args or node.kwargs or node.dyn_args or node.dyn_kwargs)
+        ):
+            return ("len", node.node.name)
+        return None
+
+    def visit_Compare(self, node: nodes.Compare) -> nodes.Node:
+        """A comparison of re-evaluable operands is recorded by its outcome, so that e.g.
+        ``loop.index0 > ns.last_query_index`` stays the same while the index moves on."""
+        leaves = [self._leaf(node.expr), *(self._leaf(o.expr) for o in node.ops)]
+        if all(leaf is not None for leaf in leaves) and all(o.op in COMPARE_OPS for o in node.ops):
+            spec = (leaves[0], *((o.op, leaf) for o, leaf in zip(node.ops, leaves[1:], strict=True)))
+            return _hook(COMPARE, node, [_const(spec, node.lineno)], node.lineno)
         return self.generic_visit(node)
 
     def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
@@ -289,26 +323,48 @@ class _Rewrite(NodeTransformer):
             return node
         self._targets(target)
         node.node = self.visit(node.node)
+        self._bind(target)
+        return node
+
+    def _bind(self, target: nodes.Node) -> None:
+        names = [target] if isinstance(target, nodes.Name) else list(target.find_all(nodes.Name))
+        self.assigned |= {n.name for n in names}
+
+    def visit_If(self, node: nodes.If) -> nodes.Node:
+        node.test = self.visit(node.test)
+        before = set(self.assigned)
+        node.body = self._statements(node.body)
+        then, self.assigned = self.assigned, set(before)
+        for elif_ in node.elif_:
+            elif_.test = self.visit(elif_.test)
+            elif_.body = self._statements(elif_.body)
+            then, self.assigned = then & self.assigned, set(before)
+        node.else_ = self._statements(node.else_)
+        self.assigned &= then
         return node
 
     def visit_AssignBlock(self, node: nodes.AssignBlock) -> nodes.Node:
         if isinstance(node.target, nodes.NSRef):
             raise self._unsafe(node, "writes a namespace from a {% set %} block")
         self._targets(node.target)
-        return self.generic_visit(node)
+        node.body = self._statements(node.body)
+        self._bind(node.target)
+        return node
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         if any(n.name == "loop" for part in [node.test, *node.else_] if part is not None for n in part.find_all(nodes.Name)):
             raise self._unsafe(node, "reads `loop` in a nested loop's test or else block")
         node.iter = self.visit(node.iter)
         self._targets(node.target)
-        nested, self.nested = self.nested, True
+        nested, self.nested, before = self.nested, True, set(self.assigned)
+        self._bind(node.target)
         try:
             node.test = None if node.test is None else self.visit(node.test)
             node.body = self._statements(node.body)
         finally:
-            self.nested = nested
+            self.nested, self.assigned = nested, set(before)
         node.else_ = self._statements(node.else_)
+        self.assigned = before
         return node
 
     def _refuse(self, node: nodes.Node) -> nodes.Node:
@@ -338,14 +394,14 @@ class _Rewrite(NodeTransformer):
         return out
 
     def _macro(self, macro: nodes.Macro) -> None:
-        local = frozenset({a.name for a in macro.args} | _assigned(macro) | {"varargs", "kwargs"})
-        saved, nested = self.scope, self.nested
-        self.scope, self.nested = _Scope(main=False, macro=macro.name, local=local), False
+        local = frozenset({a.name for a in macro.args} | {"varargs", "kwargs"})
+        saved, nested, assigned = self.scope, self.nested, self.assigned
+        self.scope, self.nested, self.assigned = _Scope(main=False, macro=macro.name, local=local), False, set()
         try:
             macro.defaults = [self.visit(d) for d in macro.defaults]
             macro.body = self._statements(macro.body)
         finally:
-            self.scope, self.nested = saved, nested
+            self.scope, self.nested, self.assigned = saved, nested, assigned
 
 
 def _macros(tree: nodes.Template) -> dict[str, nodes.Macro]:
