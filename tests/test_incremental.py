@@ -25,7 +25,7 @@ from boundary.incremental import Incremental, IncrementalTemplate, compile_incre
 from boundary.render import compile_template, render_text
 from tests.support import FIXED_NOW, family, kwarg_settings, shipped_variants
 from tests.test_session import _with_reasoning
-from tests.test_template_fuzz import templates
+from tests.test_template_fuzz import _Sites, statements, templates
 
 Conversation = tuple[list[dict[str, Any]], list[dict[str, Any]] | None]
 
@@ -104,6 +104,8 @@ STEPS = st.lists(
         st.tuples(st.just("grow"), st.integers(1, 4)),
         st.tuples(st.just("edit"), st.integers(0, 40)),
         st.tuples(st.just("truncate"), st.integers(1, 6)),
+        st.tuples(st.just("drop"), st.integers(1, 4)),
+        st.tuples(st.just("replace"), st.integers(0, 40)),
         st.tuples(st.just("tools"), st.sampled_from(["all", "two", "none"])),
         st.tuples(st.just("flag"), st.booleans()),
         st.tuples(st.just("kwargs"), st.integers(0, 3)),
@@ -129,6 +131,10 @@ def _edits(name: str, variant: str, steps: list[tuple[str, Any]]) -> None:
         elif kind == "edit" and size:
             i = value % size
             history[i] = {**history[i], "content": f"{history[i].get('content') or ''} (edited {value})"}
+        elif kind == "replace" and size:
+            history[value % size] = {"role": "user", "content": f"replaced {value}"}
+        elif kind == "drop":
+            size = max(size - value, 1)
         elif kind == "truncate":
             history, size = history[value:], max(size - value, 1)
         elif kind == "tools":
@@ -199,7 +205,8 @@ def check_incremental(source: str) -> None:
     history = list(GROWING)
     turns = [history[:n] for n in range(1, len(history) + 1)]
     edited = [*history[:2], {**history[2], "content": "A1"}, *history[3:]]
-    turns += [edited, edited[3:], edited[2:], edited]
+    replaced = [*history[:4], {"role": "user", "content": "q3"}, *history[5:]]
+    turns += [edited, edited[3:], edited[2:], edited, edited[:5], edited[:3], replaced, history[:6]]
     for i, messages in enumerate(turns):
         flag = i % 3 != 2
         assert _stage(source, warm, messages, flag) == _stage(source, full, messages, flag), (source, i)
@@ -210,9 +217,47 @@ FUZZ = settings(
 )
 
 
-@settings(FUZZ, max_examples=60)
+NEIGHBOUR_READS = [  # what shipped templates read beside the message itself
+    "{% if not loop.first %}{{ messages[loop.index0 - 1].role }}{% endif %}",
+    "{% if not loop.last %}{{ messages[loop.index0 + 1].role }}{% endif %}",
+    "{{ loop.nextitem.role if loop.nextitem else 'end' }}|{{ loop.previtem.content if loop.previtem }}",
+    "{% if m.role == 'user' %}{% set ns.n = loop.index0 %}{% endif %}",
+    "{% if loop.index0 > ns.n %}after{% else %}before{% endif %}",
+    "{% if loop.index0 >= messages|length - 3 %}recent{% endif %}",
+    "{{ loop.revindex }}{{ loop.length }}",
+    "{% set ns.n = ns.n + 1 %}{{ ns.n }}",
+]
+
+
+@st.composite
+def loop_templates(draw: st.DrawFn) -> str:
+    """The fuzzer's statements inside a top-level message loop (most of its templates have
+    none, and render in full), with its statements before and after."""
+    sites = _Sites()
+    prelude = "{% set c = cycler('a', 'b') %}{% set j = joiner('|') %}{% set ns = namespace(n=0) %}"
+    head = draw(statements(sites, 1, False)) if draw(st.booleans()) else ""
+    parts = st.one_of(statements(sites, 2, True), st.sampled_from(NEIGHBOUR_READS))
+    body = "".join(draw(parts) for _ in range(draw(st.integers(1, 4))))
+    tail = draw(statements(sites, 1, False)) if draw(st.booleans()) else ""
+    return f"{prelude}{head}{{% for m in messages %}}<{{{{ m.role }}}}>{body}{{% endfor %}}{tail}"
+
+
+@settings(FUZZ, max_examples=40)
 @given(templates())
 def test_fuzzed_templates_render_incrementally_as_in_full(source: str) -> None:
+    check_incremental(source)
+
+
+@settings(FUZZ, max_examples=60)
+@given(loop_templates())
+def test_fuzzed_loop_bodies_render_incrementally_as_in_full(source: str) -> None:
+    check_incremental(source)
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=1000)
+@given(loop_templates())
+def test_fuzzed_loop_bodies_render_incrementally_as_in_full_many(source: str) -> None:
     check_incremental(source)
 
 
