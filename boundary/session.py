@@ -33,8 +33,8 @@ from typing import Any
 
 from boundary.boundaries import Rendering, assemble
 from boundary.encoding import Clock, Cut, CutTokenMap
-from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.incremental import Incremental
+from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
 from boundary.protocol import (
     ArgumentsForm,
@@ -74,7 +74,7 @@ class Session:
     key includes ``strict_request``.
     """
 
-    def __init__(self, family: Renderer) -> None:
+    def __init__(self, family: Renderer, *, incremental: bool = True) -> None:
         self.family = family
         self.stats = SessionStats()
         self._keys: list[ContentKey | None] = []  # keys of the messages last given
@@ -85,7 +85,7 @@ class Session:
         self._text = ""
         self._ids: list[int] = []
         self._cuts: list[Cut] = []
-        self._incremental = Incremental()
+        self._incremental = Incremental(enabled=incremental)
 
     def render(
         self,

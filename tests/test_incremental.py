@@ -37,7 +37,9 @@ def _conversations() -> list[Conversation]:
     return [*tau, *calls, *prose]
 
 
-def _same(fam: boundary.Family, session: Any, request: list[dict[str, Any]], tools: Any, **options: Any) -> None:
+def _same(
+    fam: boundary.Family, session: Any, request: list[dict[str, Any]], tools: Any, **options: Any
+) -> None:
     """The session's result for ``request`` is the cold render's (or the same error)."""
     try:
         cold = fam.render(request, tools, now=FIXED_NOW, **options)
@@ -113,7 +115,12 @@ STEPS = st.lists(
     min_size=3,
     max_size=12,
 )
-EDIT_FAMILIES = [("qwen3_5", "think"), ("deepseek_v3", "v3_1"), ("nemotron_3", "nano"), ("minimax_m2", "default")]
+EDIT_FAMILIES = [
+    ("qwen3_5", "think"),
+    ("deepseek_v3", "v3_1"),
+    ("nemotron_3", "nano"),
+    ("minimax_m2", "default"),
+]
 
 
 def _edits(name: str, variant: str, steps: list[tuple[str, Any]]) -> None:
@@ -213,7 +220,10 @@ def check_incremental(source: str) -> None:
 
 
 FUZZ = settings(
-    deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 
