@@ -232,6 +232,9 @@ class Rewrite(NodeTransformer):
     def visit_Assign(self, node: nodes.Assign) -> nodes.Node:
         target, line = node.target, node.lineno
         if isinstance(target, nodes.NSRef):
+            if target.name in self.assigned:  # a namespace this iteration made: its own state
+                node.node = self.visit(node.node)
+                return node
             if target.name not in self.namespaces or not self._shared(target.name):
                 raise self._unsafe(node, f"writes to {target.name!r}, not a top-level namespace")
             node.node = hook(

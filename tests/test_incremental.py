@@ -276,3 +276,30 @@ def test_fuzzed_loop_bodies_render_incrementally_as_in_full_many(source: str) ->
 @given(templates())
 def test_fuzzed_templates_render_incrementally_as_in_full_many(source: str) -> None:
     check_incremental(source)
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("{{ loop.cycle('a', 'b') }}", "`loop.cycle`"),
+        ("{% if loop.index > 2 %}{% break %}{% endif %}", "breaks out of"),
+        ("{{ messages[1:]|length }}", "'messages' as a whole"),
+        ("{{ strftime_now('%Y') }}", "'strftime_now'"),
+        ("{% set alias = ns %}{{ alias.n }}", "'ns' as a whole"),
+        ("{{ [1, 2]|random }}", "'random'"),
+    ],
+)
+def test_a_loop_the_plan_cannot_prove_renders_in_full_and_says_why(body: str, why: str) -> None:
+    source = "{% set ns = namespace(n=0) %}{% for m in messages %}<{{ m.role }}>" + body + "{% endfor %}"
+    reason = compile_incremental(source)
+    assert isinstance(reason, str) and why in reason and "template line 1" in reason
+    if "random" not in body:
+        check_incremental(source)  # still exactly the full render
+
+
+def test_the_session_names_why_a_shipped_template_renders_in_full() -> None:
+    fam = family("gpt_oss")
+    session = fam.session()
+    session.render([{"role": "user", "content": "hi"}])
+    assert "loop_messages" in (session.stats.full_render_reason or "")
+    assert session.stats.reused_iterations == 0
