@@ -70,7 +70,7 @@ def run(
     reused = rendered = 0
     for name, request in _requests(workload, trajectories):
         if name not in sessions:
-            for full, incremental in sessions.values():
+            for _, incremental in sessions.values():
                 reused += incremental.stats.reused_iterations
                 rendered += incremental.stats.rendered_iterations
             sessions = {name: (Session(fam, incremental=False), Session(fam))}
@@ -129,14 +129,16 @@ def report(workload: str, result: dict[str, Any]) -> None:
         late = [r[1][k] for r in rows if 30 <= r[0] <= 40]
         if mid and late:
             print(
-                f"\n{path}: a request at 30–40 messages costs {statistics.mean(late) / statistics.mean(mid):.2f}× one at 5–9",
+                f"\n{path}: a request at 30–40 messages costs "
+                f"{statistics.mean(late) / statistics.mean(mid):.2f}× one at 5–9",
                 end="",
             )
     print(f"\n\nmismatches (all passes): {result['mismatches']}")
     total = result["reused"] + result["rendered"]
     if total:
         print(
-            f"message-loop iterations replayed by the incremental sessions: {result['reused'] / total:.0%} of {total}"
+            "message-loop iterations replayed by the incremental sessions: "
+            f"{result['reused'] / total:.0%} of {total}"
         )
 
 
