@@ -22,7 +22,12 @@ other people's load), the least of ``--repeat`` passes, each with fresh sessions
 Mismatches are counted, not raised: each session's text, ids, U_end and P_end against the
 cold render, and the cold render's ids against transformers'.
 
+Instruction counts: ``--only PATH`` runs one path alone over the requests, untimed, for
+``valgrind --tool=callgrind``; ``--only none`` runs the same setup without rendering, so the
+difference of two totals is that path's instructions.
+
 Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200] [--workloads tau,prose]
+       [--only none|cold|full|incremental]
 """
 
 from __future__ import annotations
@@ -101,6 +106,20 @@ def run(
     return {"rows": rows, "mismatches": mismatches, "reused": reused, "rendered": rendered}
 
 
+def only(fam: boundary.Family, path: str, workload: str, trajectories: int, kwargs: dict[str, Any]) -> int:
+    """Render every request down ``path`` alone (``none``: nothing); the number of requests."""
+    requests = list(_requests(workload, trajectories))
+    sessions: dict[str, Session] = {}
+    for name, request in requests:
+        if path == "cold":
+            fam.render(request, **kwargs)
+        elif path in ("full", "incremental"):
+            if name not in sessions:
+                sessions = {name: Session(fam, incremental=path == "incremental")}
+            sessions[name].render(request, **kwargs)
+    return len(requests)
+
+
 def _ms(xs: list[float]) -> str:
     return f"{statistics.mean(xs) * 1e3:.3f}"
 
@@ -152,9 +171,17 @@ def main() -> None:
     ap.add_argument(
         "--repeat", type=int, default=2, help="passes; each request's least time per path is kept"
     )
+    ap.add_argument("--only", choices=["none", "cold", "full", "incremental"])
     args = ap.parse_args()
     kwargs = json.loads(args.template_kwargs)
     fam = boundary.load_family(args.family, variant=args.variant)
+    if args.only:
+        warm_up = [{"role": "user", "content": "warm up"}]  # compile outside the difference
+        fam.render(warm_up)
+        Session(fam).render(warm_up)
+        for workload in args.workloads.split(","):
+            print(workload, args.only, only(fam, args.only, workload, args.trajectories, kwargs), "requests")
+        return
     hf = fam.tokenizer.to_transformers(fam.template(args.variant))
     print(
         f"family {fam.name} ({args.variant or fam.default_variant}), kwargs {kwargs or '{}'}, "
