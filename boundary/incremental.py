@@ -177,7 +177,7 @@ class Incremental:
             context["strftime_now"] = fixed_clock(now)
         deadline = Deadline(limits)
         out = Counted(compiled.template)
-        run = Run(self, incremental.plan, recorder, deadline, out)
+        run = Run(self, source, incremental.plan, recorder, deadline, out)
         self.keys.start([*messages, tools])
         token = RUN.set(run)
         try:

@@ -225,7 +225,10 @@ class Counted:
 class Run:
     """One render's side of the hooks: the plan's values at the loop, the iteration open."""
 
-    def __init__(self, store: Store, plan: Plan, recorder: Any, deadline: Deadline, out: Counted) -> None:
+    def __init__(
+        self, store: Store, source: str, plan: Plan, recorder: Any, deadline: Deadline, out: Counted
+    ) -> None:
+        self.source = source  # part of every key: a session may switch templates
         self.store, self.plan, self.recorder, self.deadline, self.out = store, plan, recorder, deadline, out
         self.env = out.environment
         self.keys = store.keys
@@ -252,7 +255,7 @@ class Run:
         for name, key in zip(plan.outer, outer, strict=True):
             if key is None:
                 self.disabled = f"{name!r} has a value with no exact key when the message loop runs"
-        self.outer = self.store.outer_id(outer)
+        self.outer = self.store.outer_id((self.source, *outer))
 
     def enter(self, loop: Any, item: Any, values: tuple[Any, ...]) -> str:
         if self.outer is None:

@@ -303,3 +303,23 @@ def test_the_session_names_why_a_shipped_template_renders_in_full() -> None:
     session.render([{"role": "user", "content": "hi"}])
     assert "loop_messages" in (session.stats.full_render_reason or "")
     assert session.stats.reused_iterations == 0
+
+
+def test_a_session_that_switches_templates_never_replays_the_other_template() -> None:
+    """Iterations are keyed by the template: two templates with the same reads, one store."""
+    incremental = Incremental()
+    messages = GROWING[:4]
+    for source in [
+        "{% for m in messages %}A{{ m.content }}{% endfor %}",
+        "{% for m in messages %}B{{ m.content }}{% endfor %}",
+    ] * 2:
+        options: dict[str, Any] = {"tools": None, "documents": None, "variables": {}, "now": None}
+        warm = incremental.render_compiled(
+            source,
+            messages,
+            add_generation_prompt=True,
+            limits=compile_template(source).template.environment.limits,
+            **options,  # type: ignore[attr-defined]
+        )
+        assert warm == render_text(compile_template(source), messages)
+    assert incremental.reused == 8
