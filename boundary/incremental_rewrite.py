@@ -47,7 +47,6 @@ LOOP_ATTRS = frozenset(
         "depth0",
     }
 )
-PURE_GLOBALS = frozenset({"range", "dict", "namespace", "cycler", "joiner", "raise_exception"})
 IMPURE_NAMES = frozenset({"strftime_now", "lipsum", "caller", "self"})
 IMPURE_FILTERS = frozenset({"random"})
 LENGTH_FILTERS = frozenset({"length", "count"})
@@ -124,8 +123,7 @@ class Rewrite(NodeTransformer):
             raise self._unsafe(node, f"reads {name!r}")
         if name == self.target and self.scope.macro is not None:
             raise self._unsafe(node, f"reads {name!r}, the loop's variable, from outside the loop")
-        if name not in PURE_GLOBALS:
-            self.outer[name] = None
+        self.outer[name] = None  # a global is keyed too: a template kwarg may shadow it
         return node
 
     def visit_Getattr(self, node: nodes.Getattr) -> nodes.Node:

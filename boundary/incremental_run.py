@@ -251,7 +251,11 @@ class Run:
         for name, ns in self.ns.items():
             if not isinstance(ns, jinja2.utils.Namespace):
                 self.disabled = f"{name!r} is not a namespace when the message loop runs"
-        outer = tuple(self.keys.of(v) for v in values[k + m :])
+        env_globals = self.env.globals
+        outer = tuple(
+            ("global", name) if value is env_globals.get(name, self) else self.keys.of(value)
+            for name, value in zip(plan.outer, values[k + m :], strict=True)
+        )
         for name, key in zip(plan.outer, outer, strict=True):
             if key is None:
                 self.disabled = f"{name!r} has a value with no exact key when the message loop runs"

@@ -323,3 +323,16 @@ def test_a_session_that_switches_templates_never_replays_the_other_template() ->
         )
         assert warm == render_text(compile_template(source), messages)
     assert incremental.reused == 8
+
+
+def test_a_template_kwarg_that_shadows_a_global_is_keyed_like_any_value() -> None:
+    source = "{% for m in messages %}{{ m.content }}={{ range }};{% endfor %}"
+    incremental = Incremental()
+    limits = compile_template(source).template.environment.limits  # type: ignore[attr-defined]
+    for value in ("r1", "r2", "r1"):
+        options: dict[str, Any] = {"tools": None, "documents": None, "now": None, "limits": limits}
+        warm = incremental.render_compiled(
+            source, GROWING[:3], add_generation_prompt=True, variables={"range": value}, **options
+        )
+        assert warm.text == f"sys={value};hi={value};a1={value};"
+    assert incremental.reused == 3
