@@ -2,7 +2,9 @@
 incrementally, and rewrite the instrumented tree so that it can be.
 
 Where it sits: inside the render stage, beside ``instrumentation``: it reads the tree
-``instrumentation.instrument`` produced and adds the hooks ``boundary.incremental`` answers.
+``instrumentation.instrument`` produced and adds the hooks ``boundary.incremental_run``
+answers (the rewrite itself is ``boundary.incremental_rewrite``); ``boundary.incremental``
+compiles the result.
 
 The message loop is the loop the instrumentation marks as printing messages (a
 ``bnd.message`` mark heads its body), at the top level of the template (outside macros,
@@ -13,9 +15,10 @@ captures and other loops). Its body runs, per message, as a function of:
   the outer value at each iteration, so only namespaces carry state from one iteration to
   the next;
 - ``loop.<attr>``, ``ns.<attr>`` of a top-level namespace, ``messages[i]`` and
-  ``messages|length`` (or any name derived from ``messages``): each such read goes through a
-  hook that records the value it returned, so a cached iteration is reused only when every
-  recorded read would return the same value now (a verifying trace);
+  ``messages|length`` (or any name bound only to ``messages`` or a slice of it), and
+  comparisons of those (recorded by their outcome): each such read goes through a hook that
+  records the value it returned, so a cached iteration is reused only when every recorded
+  read would return the same value now (a verifying trace);
 - the recorder's state (probes) and the render's counters, which the runtime keys and replays.
 
 Anything outside that (``messages`` or a namespace or ``loop`` used as a whole, macros with

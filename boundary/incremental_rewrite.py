@@ -29,7 +29,6 @@ LOOP_ALL = "bnd.i.loopall"  # pass-through, recording the whole loop state (a pr
 NS_ALL = "bnd.i.nsall"
 SEQ_ALL = "bnd.i.seqall"
 COMPARE = "bnd.i.cmp"  # (a < b)|hook(spec): a comparison of loop / namespace reads, recorded by its outcome
-HOOKS = frozenset({ENTER, MISS, LEAVE, LOOP, NS, NS_WRITE, ITEM, LENGTH, LOOP_ALL, NS_ALL, SEQ_ALL, COMPARE})
 COMPARE_OPS = frozenset({"eq", "ne", "gt", "gteq", "lt", "lteq"})
 
 LOOP_ATTRS = frozenset(
@@ -58,10 +57,9 @@ class Unsafe(Exception):
 
 @dataclass(slots=True)
 class _Scope:
-    """Where the visitor is: the message loop's own body (``main``), a nested loop in it, or
-    a macro (``macro`` names it; ``local`` its parameters and assignments)."""
+    """Which scope the visitor is in: the message loop's body (``macro`` None) or a macro it
+    calls (``macro`` names it; ``local`` its parameters)."""
 
-    main: bool
     macro: str | None = None
     local: frozenset[str] = field(default_factory=frozenset)
 
@@ -89,7 +87,7 @@ class Rewrite(NodeTransformer):
         self.namespaces = namespaces
         self.sequences = sequences
         self.macros = macros
-        self.scope = _Scope(main=True)
+        self.scope = _Scope()
         self.nested = False  # inside a loop nested in the body or in a macro: `loop` is its own
         self.outer: dict[str, None] = {}
         self.called: dict[str, None] = {}
@@ -320,7 +318,7 @@ class Rewrite(NodeTransformer):
         local = frozenset({a.name for a in macro.args} | {"varargs", "kwargs"})
         saved, nested, assigned = self.scope, self.nested, self.assigned
         self.scope, self.nested, self.assigned = (
-            _Scope(main=False, macro=macro.name, local=local),
+            _Scope(macro=macro.name, local=local),
             False,
             set(),
         )
