@@ -263,9 +263,22 @@ class Rewrite(NodeTransformer):
         if isinstance(node.target, nodes.NSRef):
             raise self._unsafe(node, "writes a namespace from a {% set %} block")
         self._targets(node.target)
-        node.body = self._statements(node.body)
+        node.body = self._inner(node.body)
         self._bind(node.target)
         return node
+
+    def visit_FilterBlock(self, node: nodes.FilterBlock) -> nodes.Node:
+        node.body = self._inner(node.body)
+        node.filter = self.visit(node.filter)
+        return node
+
+    def _inner(self, body: list[nodes.Node]) -> list[nodes.Node]:
+        """A block body with a scope of its own: what it assigns does not outlive it."""
+        before = set(self.assigned)
+        try:
+            return self._statements(body)
+        finally:
+            self.assigned = before
 
     def visit_For(self, node: nodes.For) -> nodes.Node:
         if any(

@@ -336,3 +336,21 @@ def test_a_template_kwarg_that_shadows_a_global_is_keyed_like_any_value() -> Non
         )
         assert warm.text == f"sys={value};hi={value};a1={value};"
     assert incremental.reused == 3
+
+
+@pytest.mark.parametrize(
+    "block", ["{% filter upper %}{0}{% endfilter %}", "{% set captured %}{0}{% endset %}"]
+)
+def test_a_name_set_inside_a_block_is_still_read_from_outside_after_it(block: str) -> None:
+    """Jinja scopes what a filter or set block assigns to the block: a later read of the name
+    is the outer value, which must be keyed."""
+    inner = block.replace("{0}", "{% set x = 'in' %}")
+    source = "{% for m in messages %}" + inner + "{{ m.content }}={{ x }};{% endfor %}"
+    incremental = Incremental()
+    limits = compile_template(source).template.environment.limits  # type: ignore[attr-defined]
+    for value in ("x1", "x2"):
+        options: dict[str, Any] = {"tools": None, "documents": None, "now": None, "limits": limits}
+        warm = incremental.render_compiled(
+            source, GROWING[:2], add_generation_prompt=True, variables={"x": value}, **options
+        )
+        assert warm.text == f"sys={value};hi={value};"
