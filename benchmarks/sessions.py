@@ -1,32 +1,169 @@
-"""Per-request cost with sessions: transformers vs boundary cold vs boundary sessions.
+"""Per-request cost with sessions: transformers vs cold renders vs sessions (full and incremental).
 
 Where it sits: outside the package, at the render and boundaries stages: a script nobody imports;
-it times ``SessionCache.render`` against ``Family.render`` and transformers.
+it times ``SessionCache.render`` (full and incremental template runs) against ``Family.render``
+and transformers.
 
-The tau-bench airline replay: every assistant turn of every trajectory is one request (the
-conversation before it, generation prompt on), sent in conversation order. For each request,
-side by side and interleaved (so machine load hits all paths alike):
+Two workloads, each request sent in conversation order:
+
+- ``tau``: the tau-bench airline replay: every assistant turn of every trajectory is one
+  request (the conversation before it, generation prompt on);
+- ``prose``: MT-bench's 80 two-turn conversations (GPT-4's reference answers where MT-bench
+  ships them, seeded synthetic prose otherwise; ``boundary.experiment.workloads.mt_bench``):
+  long user and assistant messages, few turns; one request before each assistant message.
+
+For each request, side by side and interleaved (so machine load hits all paths alike), in
+CPU time of this process (``time.process_time``; wall time on a shared machine is mostly
+other people's load), the least of ``--repeat`` passes, each with fresh sessions:
 
 - transformers ``apply_chat_template(tokenize=True)`` (text + ids);
 - boundary cold: ``fam.render`` (validation, text, ids, U_end);
-- boundary sessions: ``SessionCache.render(session_id, ...)``, same result, reusing the
-  previous request's ids up to the last provable cut (results are checked equal to cold).
+- session, full: a ``Session(incremental=False)``: the template re-run over the whole
+  history every turn, only the new text tokenized;
+- session, incremental: the default ``Session``: unchanged message-loop iterations replayed
+  (``boundary.incremental``).
 
-Reported per request and by conversation length (messages in the request).
+Mismatches are counted, not raised: each session's text, ids, U_end and P_end against the
+cold render, and the cold render's ids against transformers'.
 
-Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200]
+Instruction counts: ``--only PATH`` runs one path alone over the requests, untimed, for
+``valgrind --tool=callgrind``; ``--only none`` runs the same setup without rendering, so the
+difference of two totals is that path's instructions.
+
+Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200] [--workloads tau,prose]
+       [--only none|cold|full|incremental]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import boundary
 from boundary.datasets import tau_bench_airline
+from boundary.experiment.workloads import mt_bench
+from boundary.sandbox import RenderLimits
+from boundary.session import Session
 
+clock = time.process_time
+PATHS = ("transformers", "cold", "session full", "session incremental")
 BUCKETS = [(1, 4), (5, 9), (10, 19), (20, 39), (40, 10**9)]
+
+
+def _requests(workload: str, trajectories: int) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(conversation id, request) in conversation order: one request per assistant turn."""
+    if workload == "tau":
+        conversations = [(f"tau-{t}", traj) for t, traj in enumerate(tau_bench_airline()[:trajectories])]
+    else:
+        conversations = [(s.name, s.messages) for s in mt_bench.scripts()]
+    for name, messages in conversations:
+        for i, m in enumerate(messages):
+            if m["role"] == "assistant":
+                yield name, messages[:i]
+
+
+def _ids(encoded: Any) -> list[int]:
+    return list(encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded)
+
+
+def run(
+    fam: boundary.Family, hf: Any, workload: str, trajectories: int, kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """One pass. Per request: (messages, seconds per path); and the mismatch counts."""
+    rows: list[tuple[int, list[float]]] = []
+    mismatches = {"session incremental vs cold": 0, "session full vs cold": 0, "cold ids vs transformers": 0}
+    sessions: dict[str, tuple[Session, Session]] = {}
+    reused = rendered = 0
+    for name, request in _requests(workload, trajectories):
+        if name not in sessions:
+            for _, incremental in sessions.values():
+                reused += incremental.stats.reused_iterations
+                rendered += incremental.stats.rendered_iterations
+            sessions = {name: (Session(fam.renderer, incremental=False), Session(fam.renderer))}
+        full, incremental = sessions[name]
+        prepared, _ = fam.prepare(request)
+        t0 = clock()
+        reference = hf.apply_chat_template(prepared, add_generation_prompt=True, tokenize=True, **kwargs)
+        t1 = clock()
+        cold = fam.render(request, **kwargs)
+        t2 = clock()
+        whole = full.render(request, **kwargs)
+        t3 = clock()
+        warm = incremental.render(request, **kwargs)
+        t4 = clock()
+        same = (cold.text, cold.token_ids, cold.u_end, cold.p_end)
+        mismatches["session incremental vs cold"] += (
+            warm.text,
+            warm.token_ids,
+            warm.u_end,
+            warm.p_end,
+        ) != same
+        mismatches["session full vs cold"] += (whole.text, whole.token_ids, whole.u_end, whole.p_end) != same
+        mismatches["cold ids vs transformers"] += _ids(reference) != cold.token_ids
+        rows.append((len(request), [t1 - t0, t2 - t1, t3 - t2, t4 - t3]))
+    for _, incremental in sessions.values():
+        reused += incremental.stats.reused_iterations
+        rendered += incremental.stats.rendered_iterations
+    return {"rows": rows, "mismatches": mismatches, "reused": reused, "rendered": rendered}
+
+
+def only(fam: boundary.Family, path: str, workload: str, trajectories: int, kwargs: dict[str, Any]) -> int:
+    """Render every request down ``path`` alone (``none``: nothing); the number of requests."""
+    requests = list(_requests(workload, trajectories))
+    sessions: dict[str, Session] = {}
+    for name, request in requests:
+        if path == "cold":
+            fam.render(request, **kwargs)
+        elif path in ("full", "incremental"):
+            if name not in sessions:
+                sessions = {name: Session(fam.renderer, incremental=path == "incremental")}
+            sessions[name].render(request, **kwargs)
+    return len(requests)
+
+
+def _ms(xs: list[float]) -> str:
+    return f"{statistics.mean(xs) * 1e3:.3f}"
+
+
+def report(workload: str, result: dict[str, Any]) -> None:
+    rows = result["rows"]
+    print(f"\n### {workload}: {len(rows)} requests; mean ms/request (speed-up = transformers / path)\n")
+    print(
+        "| messages | requests | "
+        + " | ".join(PATHS)
+        + " | cold × | session full × | session incremental × |"
+    )
+    print("|---|---:|" + "---:|" * (len(PATHS) + 3))
+    for lo, hi in [*BUCKETS, (1, 10**9)]:
+        sel = [r[1] for r in rows if lo <= r[0] <= hi]
+        if not sel:
+            continue
+        label = "all" if (lo, hi) == (1, 10**9) else (f"{lo}–{hi}" if hi < 10**9 else f"{lo}+")
+        cols = [[r[k] for r in sel] for k in range(len(PATHS))]
+        speed = [f"{sum(cols[0]) / sum(c):.1f}×" for c in cols[1:]]
+        print(
+            f"| {label} | {len(sel)} | " + " | ".join(_ms(c) for c in cols) + " | " + " | ".join(speed) + " |"
+        )
+    for k, path in enumerate(PATHS):
+        mid = [r[1][k] for r in rows if 5 <= r[0] <= 9]
+        late = [r[1][k] for r in rows if 30 <= r[0] <= 40]
+        if mid and late:
+            print(
+                f"\n{path}: a request at 30–40 messages costs "
+                f"{statistics.mean(late) / statistics.mean(mid):.2f}× one at 5–9",
+                end="",
+            )
+    print(f"\n\nmismatches (all passes): {result['mismatches']}")
+    total = result["reused"] + result["rendered"]
+    if total:
+        print(
+            "message-loop iterations replayed by the incremental sessions: "
+            f"{result['reused'] / total:.0%} of {total}"
+        )
 
 
 def main() -> None:
@@ -34,66 +171,39 @@ def main() -> None:
     ap.add_argument("--family", default="qwen3_5")
     ap.add_argument("--variant")
     ap.add_argument("--trajectories", type=int, default=200)
+    ap.add_argument("--workloads", default="tau,prose")
     ap.add_argument("--template-kwargs", default="{}")
+    ap.add_argument(
+        "--repeat", type=int, default=2, help="passes; each request's least time per path is kept"
+    )
+    ap.add_argument("--only", choices=["none", "cold", "full", "incremental"])
     args = ap.parse_args()
-    import json
-
     kwargs = json.loads(args.template_kwargs)
+    if args.only:  # under valgrind a render runs far past the default max_seconds
+        limits = RenderLimits(max_seconds=3600.0)
+        fam = boundary.load_family(args.family, variant=args.variant, limits=limits)
+        warm_up = [{"role": "user", "content": "warm up"}]  # compile outside the difference
+        fam.render(warm_up)
+        Session(fam.renderer).render(warm_up)
+        for workload in args.workloads.split(","):
+            print(workload, args.only, only(fam, args.only, workload, args.trajectories, kwargs), "requests")
+        return
     fam = boundary.load_family(args.family, variant=args.variant)
     hf = fam.tokenizer.to_transformers(fam.template(args.variant))
-    cache = fam.sessions(capacity=64)
-    rows: list[tuple[int, float, float, float, int]] = []  # (messages, transformers, cold, session, encoded)
-    for t, traj in enumerate(tau_bench_airline()[: args.trajectories]):
-        for i, m in enumerate(traj):
-            if m["role"] != "assistant":
-                continue
-            request = traj[:i]
-            prepared, _ = fam.prepare(request)
-            t0 = time.perf_counter()
-            hf.apply_chat_template(prepared, add_generation_prompt=True, tokenize=True, **kwargs)
-            t1 = time.perf_counter()
-            cold = fam.render(request, **kwargs)
-            t2 = time.perf_counter()
-            encoded_before = cache.get(f"traj-{t}").stats.encoded_tokens
-            t3 = time.perf_counter()
-            warm = cache.render(f"traj-{t}", request, **kwargs)
-            t4 = time.perf_counter()
-            encoded = cache.get(f"traj-{t}").stats.encoded_tokens - encoded_before
-            if warm.token_ids != cold.token_ids or warm.u_end != cold.u_end:
-                raise SystemExit(f"session result differs from a cold render at trajectory {t}, message {i}")
-            rows.append((len(request), t1 - t0, t2 - t1, t4 - t3, encoded))
-        cache.drop(f"traj-{t}")
-
-    def ms(xs: list[float]) -> str:
-        return f"{statistics.mean(xs) * 1e3:.2f}"
-
     print(
-        f"{len(rows)} requests from {args.trajectories} tau-bench trajectories, family {fam.name} "
-        f"({args.variant or fam.default_variant}), kwargs {kwargs or '{}'}; mean ms/request; "
-        "speed-up = transformers / path"
+        f"family {fam.name} ({args.variant or fam.default_variant}), kwargs {kwargs or '{}'}, "
+        f"{args.trajectories} tau-bench trajectories"
     )
-    print(
-        "| messages in request | requests | transformers | boundary cold | boundary sessions | "
-        "cold speed-up | sessions speed-up | tokens encoded per session request |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for lo, hi in [*BUCKETS, (1, 10**9)]:
-        sel = [r for r in rows if lo <= r[0] <= hi]
-        if not sel:
-            continue
-        label = "all" if (lo, hi) == (1, 10**9) else (f"{lo}–{hi}" if hi < 10**9 else f"{lo}+")
-        t, c, s = ([r[k] for r in sel] for k in (1, 2, 3))
-        encoded = statistics.mean(r[4] for r in sel)
-        print(
-            f"| {label} | {len(sel)} | {ms(t)} | {ms(c)} | {ms(s)} | {sum(t) / sum(c):.1f}× | "
-            f"{sum(t) / sum(s):.1f}× | {encoded:.0f} |"
-        )
-    mid = [r[3] for r in rows if 5 <= r[0] <= 9]
-    late = [r[3] for r in rows if 30 <= r[0] <= 40]
-    if mid and late:
-        print(
-            f"\nsessions, 30–40 messages vs 5–9 messages: {statistics.mean(late) / statistics.mean(mid):.2f}×"
-        )
+    for workload in args.workloads.split(","):
+        run(fam, hf, workload, 1, kwargs)  # warm-up: compile, caches
+        passes = [run(fam, hf, workload, args.trajectories, kwargs) for _ in range(args.repeat)]
+        best = passes[0]
+        for other in passes[1:]:
+            for (_, times), (_, more) in zip(best["rows"], other["rows"], strict=True):
+                times[:] = [min(a, b) for a, b in zip(times, more, strict=True)]
+            for key, count in other["mismatches"].items():
+                best["mismatches"][key] += count
+        report(workload, best)
 
 
 if __name__ == "__main__":

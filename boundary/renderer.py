@@ -48,7 +48,7 @@ from boundary.request.validation import (
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.spec import FamilySpec
 from boundary.template_kwargs import ResolvedKwargs, resolve_kwargs
-from boundary.template_run import CompiledTemplate, compile_template, run_template
+from boundary.template_run import CompiledTemplate, TemplateRunner, compile_template, run_template
 from boundary.tokenizer import Tokenizer, template_literals
 
 TOOL_USE = "tool_use"
@@ -303,10 +303,13 @@ class Renderer:
         now: datetime | None = None,
         continue_final_message: bool | str = False,
         strict_template_kwargs: bool = False,
+        run: TemplateRunner | None = None,
     ) -> Rendering:
         """``render_prepared`` with the text encoded by ``encoder`` (None: the tokenizer, in
-        full); sanitizing control tokens encodes the pieces apart and never uses it. The
-        template kwargs are resolved once, here."""
+        full); sanitizing control tokens encodes the pieces apart and never uses it. ``run``
+        runs the compiled template in ``run_template``'s place and must give its result
+        (None: ``run_template``; a session passes its incremental run). The template kwargs
+        are resolved once, here."""
         variant = self.select_variant(variant, tools)
         resolved = self.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs)
         pattern = self._control_pattern(self.template(variant)) if sanitize_control_tokens else None
@@ -320,6 +323,7 @@ class Renderer:
             now=now,
             continue_final_message=continue_final_message,
             kwargs=resolved.kept,
+            run=run,
         )
         if pattern is None:
             result = encode_rendering(rendered, self.tokenizer, encoder)
@@ -339,6 +343,7 @@ class Renderer:
         now: datetime | None,
         continue_final_message: bool | str,
         kwargs: Mapping[str, Any],
+        run: TemplateRunner | None,
     ) -> TextRendering:
         """The render stage alone: text and char positions, no tokens, with ``kwargs`` (the
         resolved template kwargs) passed. With ``control_pattern`` (sanitizing), control
@@ -357,7 +362,7 @@ class Renderer:
         final: str | None = None
         if continue_final_message:
             messages, final = open_final_message(messages, continue_final_message, source)
-        rendered = run_template(
+        rendered = (run or run_template)(
             compiled,
             messages,
             tools=tools,

@@ -15,7 +15,9 @@ whose added tokens strip any run of whitespace) is simply encoded in full every 
 Templates that rewrite history (dropping earlier reasoning, injecting a date or a default
 system prompt) simply move that point back to where the texts first differ.
 
-The Jinja render itself is repeated every turn: it is the only way to know the exact text.
+The template runs every turn, but its message loop replays the iterations whose inputs are
+unchanged (``boundary.incremental``; ``SessionStats.full_render_reason`` says why a template
+runs in full).
 
 ``SessionCache`` keeps sessions by id with a capacity and least-recently-used eviction.
 """
@@ -30,6 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from boundary.encoding import Clock, Cut, CutTokenMap
+from boundary.incremental import Incremental
 from boundary.offsets import CharOffset, TokenMap, TokenOffset
 from boundary.prefixes import common_prefix_length
 from boundary.render_target import RenderTarget, resolve_target, template_tools
@@ -53,6 +56,9 @@ class SessionStats:
     reused_tokens: int = 0
     encoded_tokens: int = 0
     revalidated_messages: int = 0
+    reused_iterations: int = 0  # message-loop iterations replayed (``boundary.incremental``)
+    rendered_iterations: int = 0
+    full_render_reason: str | None = None  # why the last render ran the template in full
 
 
 class Session:
@@ -68,7 +74,7 @@ class Session:
     tools key includes ``strict_request`` and the target.
     """
 
-    def __init__(self, family: Renderer) -> None:
+    def __init__(self, family: Renderer, *, incremental: bool = True) -> None:
         self.family = family
         self.stats = SessionStats()
         self._keys: list[ContentKey | None] = []  # keys of the messages last given
@@ -80,6 +86,7 @@ class Session:
         self._text = ""
         self._ids: list[int] = []
         self._cuts: list[Cut] = []
+        self._incremental = Incremental(enabled=incremental)
 
     # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a
     # drop-in for the renderer); the work is the renderer's (``render_with_encoder``).
@@ -101,7 +108,8 @@ class Session:
         **template_kwargs: Any,
     ) -> Rendering:
         """Same signature and result as ``Family.render``: the renderer renders the prepared
-        messages, with this session's encoder (``_encode``) in place of a full encode."""
+        messages, with this session's encoder (``_encode``) in place of a full encode and its
+        incremental template run (``boundary.incremental``) in place of a full run."""
         fam = self.family
         check_arguments(arguments)
         resolved = resolve_target(target)
@@ -112,7 +120,7 @@ class Session:
         self._prepare_tools(tools, strict_request, resolved)
         if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
             self._text, self._ids, self._cuts = "", [], []
-        return fam.render_with_encoder(
+        rendered = fam.render_with_encoder(
             normalized,
             self._tools,
             add_generation_prompt,
@@ -124,7 +132,12 @@ class Session:
             now=now,
             continue_final_message=continue_final_message,
             strict_template_kwargs=strict_template_kwargs,
+            run=None if sanitize_control_tokens else self._incremental.run_template,
         )
+        inc, stats = self._incremental, self.stats
+        stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
+        stats.full_render_reason = inc.reason
+        return rendered
 
     def _prepare(
         self,

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import jinja2
 import jinja2.meta
@@ -273,6 +273,24 @@ def run_template(
     raw = _run(compiled.template, context, recorder, deadline)
     withdrawn = compiled.unavailable_reason if compiled.unavailable_reason is not None else recorder.unknown
     return read_marks(raw, recorder.nonce, len(messages), withdrawn=withdrawn, deadline=deadline)
+
+
+class TemplateRunner(Protocol):
+    """Something that runs a compiled template as ``run_template`` does, with its result (a
+    session's incremental run, ``boundary.incremental``)."""
+
+    def __call__(
+        self,
+        compiled: CompiledTemplate,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None,
+        documents: Sequence[Mapping[str, Any]] | None,
+        add_generation_prompt: bool,
+        variables: Mapping[str, Any] | None,
+        now: datetime | None,
+        limits: RenderLimits,
+    ) -> TextRendering: ...
 
 
 def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, deadline: Deadline) -> str:

@@ -1,0 +1,168 @@
+"""Incremental template runs within a session: each message's loop body is rendered once and
+reused while every value it read is unchanged.
+
+Where it sits: inside the render stage, beside ``template_run``: a ``Session`` passes
+``Incremental.run_template`` to ``Renderer.render_with_encoder`` in place of
+``template_run.run_template``; ``boundary.incremental_plan`` decides per template whether it may.
+
+For a template the plan accepts, each iteration of the message loop is keyed by the message's
+exact content, the values of the outer names the body reads (fixed for the loop), and the
+recorder's state (probes); under that key it keeps, for each way the body ran, its *trace*:
+every value it read through a hook (``loop.<attr>``, ``ns.<attr>`` of a top-level namespace
+before the iteration wrote it, ``messages[i]``, ``messages|length``) with its value. An
+iteration is replayed only when the trace's reads give the same values now; the replay prints
+the body's output (its marks re-issued under this render's nonce), writes the namespace
+attributes the body wrote, restores the recorder's state and charges the render's counters
+what the body cost, so the text, marks, U_end and limits are those of a full render.
+Values are compared by exact content (``boundary.request.identity.content_key``: key order
+and types kept); a value with no such key (a cycler, a macro, a custom object) makes the
+iteration run in full. A template the plan refuses is rendered in full, and ``reason`` says
+why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from boundary import incremental_plan as ip
+from boundary import template_run as tr
+from boundary.incremental_run import FILTERS, RUN, Counted, Entry, Keys, Run
+from boundary.marks import TextRendering, read_marks
+from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox, fixed_clock
+
+_MAX_OUTER = 64  # distinct outer keys remembered per session
+_OFF = "incremental runs are turned off for this session"
+
+
+@dataclass(frozen=True, slots=True)
+class IncrementalTemplate:
+    """A compiled template whose message loop carries the plan's hooks."""
+
+    compiled: tr.CompiledTemplate
+    plan: ip.Plan
+
+
+@lru_cache(maxsize=4)
+def _environment(limits: RenderLimits) -> Sandbox:
+    env = Sandbox(limits)
+    env.filters.update(tr._sandbox(limits).filters)
+    env.filters.update(FILTERS)
+    return env
+
+
+@lru_cache(maxsize=128)
+def compile_incremental(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> IncrementalTemplate | str:
+    """``source`` compiled with the plan's hooks, or why its loop cannot run incrementally.
+    Load errors are ``compile_template``'s."""
+    compiled = tr.compile_template(source, limits)
+    env = _environment(limits)
+    try:
+        plan = ip.plan(source, env.parse)
+        if isinstance(plan, str):
+            return plan
+        template = env.from_string(plan.tree)
+    except (jinja2.TemplateError, RecursionError, SyntaxError, MemoryError) as exc:  # pragma: no cover
+        return f"the rewritten template does not compile ({type(exc).__name__}: {exc})"
+    return IncrementalTemplate(replace(compiled, template=template), plan)
+
+
+class Incremental:
+    """One conversation's cached loop iterations; ``run_template`` is
+    ``template_run.run_template`` with the message loop run incrementally where the plan
+    allows. ``reason`` says why the last render ran in full (None: it ran incrementally)."""
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
+        self.keys = Keys()
+        self.entries: dict[tuple[Any, ...], list[Entry]] = {}
+        self._touched: dict[tuple[Any, ...], int] = {}  # key -> the last render that used it
+        self._generation = 0
+        self._outer: dict[tuple[Any, ...], int] = {}
+        self.reason: str | None = None
+        self.reused = 0  # iterations replayed, over all renders
+        self.rendered = 0  # iterations rendered
+
+    def outer_id(self, outer: tuple[Any, ...]) -> int:
+        if outer not in self._outer:
+            if len(self._outer) >= _MAX_OUTER:
+                self._outer.clear()
+                self.entries, self._touched = {}, {}
+            self._outer[outer] = len(self._outer)
+        return self._outer[outer]
+
+    def run_template(
+        self,
+        compiled: tr.CompiledTemplate,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None,
+        documents: Sequence[Mapping[str, Any]] | None,
+        add_generation_prompt: bool,
+        variables: Mapping[str, Any] | None,
+        now: datetime | None,
+        limits: RenderLimits,
+    ) -> TextRendering:
+        """``template_run.run_template`` (a ``TemplateRunner``), the same result."""
+        incremental = compile_incremental(compiled.source, limits) if self.enabled else _OFF
+        if isinstance(incremental, str):
+            self.reason = incremental
+            return tr.run_template(
+                compiled,
+                messages,
+                tools=tools,
+                documents=documents,
+                add_generation_prompt=add_generation_prompt,
+                variables=variables,
+                now=now,
+                limits=limits,
+            )
+        compiled = incremental.compiled
+        recorder = tr._Recorder(messages, compiled)
+        context: dict[str, Any] = {
+            **(variables or {}),
+            "messages": messages,
+            "tools": tools,
+            "documents": documents,
+            "add_generation_prompt": add_generation_prompt,
+        }
+        if now is not None:
+            context["strftime_now"] = fixed_clock(now)
+        deadline = Deadline(limits)
+        out = Counted(compiled.template)
+        run = Run(self, compiled.source, incremental.plan, recorder, deadline, out)
+        self.keys.start([*messages, tools])
+        token = RUN.set(run)
+        try:
+            raw = tr._run(out, context, recorder, deadline)  # type: ignore[arg-type]
+        finally:
+            RUN.reset(token)
+        self._keep(run, raw)
+        self.reason = run.disabled
+        unavailable = compiled.unavailable_reason
+        withdrawn = unavailable if unavailable is not None else recorder.unknown
+        return read_marks(raw, recorder.nonce, len(messages), withdrawn=withdrawn, deadline=deadline)
+
+    def _keep(self, run: Run, raw: str) -> None:
+        """Keep what this render used or rendered; forget what the last two renders did not
+        touch once the store outgrows the conversation."""
+        nonce, entries = run.recorder.nonce, self.entries
+        self._generation += 1
+        generation = self._generation
+        for key, _ in run.used:
+            self._touched[key] = generation
+        for op, end, entry in run.done:
+            parts = tuple(raw[op.start : end].split(nonce))
+            kept = entries.setdefault(op.key, [])
+            kept.insert(0, replace(entry, parts=parts))
+            del kept[4:]
+            self._touched[op.key] = generation
+        if len(entries) > 2 * run.slots + 16:
+            for key in [k for k, g in self._touched.items() if g < generation - 1]:
+                del self._touched[key]
+                entries.pop(key, None)
