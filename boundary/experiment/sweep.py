@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from boundary.cache.accounting import CacheGeometry
@@ -46,7 +46,7 @@ from boundary.experiment.replay import event_order, replay_oracle
 from boundary.experiment.scheduler import SchedulerConfig
 from boundary.experiment.serving import LoadModel, Routing, ServingRun, serve
 from boundary.experiment.stream import Stream, StreamRequest, cache_requests
-from boundary.retention_policy import DecodeStates
+from boundary.retention_policy import DecodeStates, EngineGeometry
 
 GIB = 2**30
 
@@ -96,24 +96,40 @@ def load_sweep(
                 junction_at_unit=options["junction_at_unit"],
                 max_chunk_tokens=options["max_chunk_tokens"],
             )
-            runs: dict[str, ServingRun] = {}
-            for name in names:
-                run = serve(
-                    timed.requests,
-                    requests,
-                    policy(name),
-                    config,
-                    engine_geometry(geometry, states),
-                    steps,
-                    model,
-                    oracle,
-                )
-                runs[name] = run
-                points.append(_point(run, c, cap, sum(oracle), summary(run, outputs, steps)))
-                if name == "both" and "input_end" in runs:
-                    points[-1]["second_checkpoint_verdict"] = second_checkpoint_verdict(
-                        run, runs["input_end"]
-                    )
+            serving = _Serving(
+                timed.requests, requests, config, engine_geometry(geometry, states), steps, model, oracle
+            )
+            points += _policy_points(serving, names, c, cap, outputs)
+    return points
+
+
+@dataclass(frozen=True)
+class _Serving:
+    """What every policy at one (concurrency, capacity) point is served with."""
+
+    timed: Sequence[StreamRequest]
+    requests: Sequence[CacheRequest]
+    config: CacheConfig
+    engine: EngineGeometry
+    steps: StepCostModel
+    model: LoadModel
+    oracle: Sequence[int]
+
+
+def _policy_points(
+    serving: _Serving, names: Sequence[str], c: float, cap: float, outputs: list[int]
+) -> list[dict[str, Any]]:
+    """One point per policy; ``both`` also gets the second-checkpoint verdict against
+    ``input_end`` when that ran first."""
+    s = serving
+    points: list[dict[str, Any]] = []
+    runs: dict[str, ServingRun] = {}
+    for name in names:
+        run = serve(s.timed, s.requests, policy(name), s.config, s.engine, s.steps, s.model, s.oracle)
+        runs[name] = run
+        points.append(_point(run, c, cap, sum(s.oracle), summary(run, outputs, s.steps)))
+        if name == "both" and "input_end" in runs:
+            points[-1]["second_checkpoint_verdict"] = second_checkpoint_verdict(run, runs["input_end"])
     return points
 
 
