@@ -130,7 +130,10 @@ def holds_decode_states(variant: Variant, boundaries: RequestBoundaries, *, deco
     boundaries are held (keyed) while it decodes."""
     return decode_states and (
         variant in (Variant.DECODE_END, Variant.BOTH)
-        or (variant is Variant.CHAT_AWARE and (boundaries.round_trip or 0) > 0)
+        or (
+            variant is Variant.CHAT_AWARE
+            and ((boundaries.round_trip or 0) > 0 or (boundaries.horizon or 0) >= boundaries.p_end)
+        )
         or (variant is Variant.HORIZON and (boundaries.horizon or 0) >= boundaries.p_end)
     )
 
