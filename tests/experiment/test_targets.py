@@ -20,8 +20,10 @@ def run(
     refused: int = 0,
     older_p_end: int = 0,
     budget: str = BUDGET,
+    mean_joint: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     return {
+        "materialized_boundary": {"mean_joint_by_kind": mean_joint or {}},
         "policy": policy,
         "budget": budget,
         "hit_rate": {"reused_over_oracle": reused},
@@ -67,32 +69,61 @@ def test_a_target_is_met_at_exactly_the_best_rival_and_missed_a_hair_below_it():
     assert "**missed by 0.01 points** (best rival `both`)" in text[1]
 
 
-def test_a_miss_names_the_kinds_the_rival_served_more_requests_from():
+def test_a_miss_names_the_fallback_the_kinds_the_rival_reused_more_from_and_refusals():
     """`input_end` served 72 requests from a U_end two or more requests old, `chat_aware` 16 from
-    U_end and 7 from P_end (23);
-    `decode_end` 30 from D_end against 28; the budget refused 3 of mine and none of the rival's."""
+    U_end and 7 from P_end (23). Tokens by kind (requests x mean joint hit): `input_end` U_end
+    242 x 1000 = 242,000; `chat_aware` U_end 16 x 1000 = 16,000, P_end 134 x 1500 = 201,000,
+    D_end 28 x 500 = 14,000. Grouped, `input_end` minus `chat_aware`: U_end / P_end 242,000 -
+    217,000 = +25,000, D_end -14,000 (the gap: +11,000). The budget refused 3 of `chat_aware`'s
+    states, none of `input_end`'s."""
     served = {"input_end": 16, "prompt_end": 134, "decode_end": 28}
-    mine = run("chat_aware", 0.92, served, 16, refused=3, older_p_end=7)
-    fallback = run("input_end", 0.95, {"input_end": 242}, 72)
+    means = {"input_end": 1000.0, "prompt_end": 1500.0, "decode_end": 500.0}
+    mine = run("chat_aware", 0.92, served, 16, refused=3, older_p_end=7, mean_joint=means)
+    fallback = run("input_end", 0.95, {"input_end": 242}, 72, mean_joint={"input_end": 1000.0})
     causes = miss_causes(mine, fallback)
-    assert len(causes) == 2
+    assert len(causes) == 3
     assert causes[0].startswith(
         "`input_end` served 72 requests from a U_end or P_end two or more requests old (`chat_aware` 23)"
     )
-    assert causes[1] == "the budget refused 3 of `chat_aware`'s states (0 of `input_end`'s)"
-    decode = run("decode_end", 0.95, {"decode_end": 30, "prompt_end_block": 200})
-    (cause,) = miss_causes(run("chat_aware", 0.94, {"decode_end": 28, "input_end": 150}), decode)
-    assert cause.startswith("`decode_end` served 30 requests from D_end (`chat_aware` 28)")
+    assert causes[1].startswith(
+        "tokens reused by kind, `input_end` minus `chat_aware`: U_end / P_end +25,000, D_end -14,000 "
+        "(U_end / P_end: prompt-side states"
+    )
+    assert causes[2] == "the budget refused 3 of `chat_aware`'s states (0 of `input_end`'s)"
 
 
-def test_p_end_is_a_cause_only_beyond_what_mines_u_end_and_p_end_served_together():
-    """`main_sparse` served 100 from P_end; `chat_aware` 98 from U_end and 2 from P_end: the same
-    100 prompt-side requests, so P_end is no cause; with 97 from U_end it is."""
-    rival = run("main_sparse", 1.0, {"prompt_end": 100})
-    same = miss_causes(run("chat_aware", 0.99, {"input_end": 98, "prompt_end": 2}), rival)
-    assert same[0].startswith("no state kind accounts for it")
-    fewer = miss_causes(run("chat_aware", 0.99, {"input_end": 97, "prompt_end": 2}), rival)
-    assert fewer[0].startswith("`main_sparse` served 100 requests from P_end (`chat_aware` 2)")
+def test_the_groups_a_rival_led_are_explained_largest_first():
+    """`decode_end`: D_end 30 x 600 = 18,000, twin 200 x 100 = 20,000; `chat_aware`: D_end
+    28 x 600 = 16,800, U_end 150 x 90 = 13,500, twin 10 x 100 = 1,000. Rival minus mine:
+    U_end / P_end -13,500, D_end +1,200, block twin +19,000; explained: the twin, then D_end."""
+    decode = run(
+        "decode_end",
+        0.95,
+        {"decode_end": 30, "prompt_end_block": 200},
+        mean_joint={"decode_end": 600.0, "prompt_end_block": 100.0},
+    )
+    mine = run(
+        "chat_aware",
+        0.94,
+        {"decode_end": 28, "input_end": 150, "prompt_end_block": 10},
+        mean_joint={"decode_end": 600.0, "input_end": 90.0, "prompt_end_block": 100.0},
+    )
+    (cause,) = miss_causes(mine, decode)
+    head = (
+        "tokens reused by kind, `decode_end` minus `chat_aware`: "
+        "U_end / P_end -13,500, D_end +1,200, block twin +19,000 ("
+    )
+    assert cause.startswith(head)
+    assert cause[len(head) :].startswith("block twin: ")
+    assert "; D_end: outputs the next request kept" in cause
+
+
+def test_a_miss_no_kind_accounts_for_says_so():
+    same = run("main_sparse", 1.0, {"prompt_end": 100}, mean_joint={"prompt_end": 10.0})
+    (cause,) = miss_causes(
+        run("chat_aware", 0.99, {"prompt_end": 100}, mean_joint={"prompt_end": 10.0}), same
+    )
+    assert cause.startswith("no state kind accounts for it")
 
 
 def test_a_target_without_its_policy_or_rivals_under_the_budget_is_not_checked():

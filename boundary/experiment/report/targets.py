@@ -51,6 +51,12 @@ def _served(run: dict[str, Any], kind: str) -> int:
     return int(run["selected_checkpoint"].get(kind, 0))
 
 
+def _tokens(run: dict[str, Any], kind: str) -> float:
+    """Prompt tokens the requests served by ``kind`` reused (their joint hits)."""
+    mean = run.get("materialized_boundary", {}).get("mean_joint_by_kind", {}).get(kind)
+    return 0.0 if mean is None else float(mean) * _served(run, kind)
+
+
 def _older(run: dict[str, Any]) -> int:
     """Requests served by a U_end or P_end state two or more requests old."""
     by_kind = run.get("producer_age_by_kind", {})
@@ -62,9 +68,37 @@ def _refused(run: dict[str, Any]) -> int:
     return sum(int(v) for v in run.get("checkpoint_budget", {}).get("refusals", {}).values())
 
 
+# state kinds grouped as a one-state policy trades them, and what a rival's extra reuse from each
+# group means when the one-state policy reused less from it
+GROUPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    (
+        "U_end / P_end",
+        ("input_end", "prompt_end"),
+        "prompt-side states the one state per request gave up (for D_end, or U_end for a P_end "
+        "past it at a unit boundary inside the assistant header, which the next request keeps "
+        "and the horizon stops short of)",
+    ),
+    (
+        "D_end",
+        ("decode_end",),
+        "outputs the next request kept where the round-trip verdict and the stability horizon "
+        "predicted no reuse, or where a prompt-side state was kept instead",
+    ),
+    (
+        "block twin",
+        ("prompt_end_block",),
+        "block twins (every policy keeps them) that survived longer beside fewer states "
+        "competing for the budget",
+    ),
+    ("junction", ("reactive",), "shared-prefix junctions"),
+)
+
+
 def miss_causes(mine: dict[str, Any], rival: dict[str, Any]) -> tuple[str, ...]:
-    """Why ``mine`` reused less than ``rival``, from their counters: the state kinds the rival
-    served more requests from (what each means), and states the budget refused. Never empty."""
+    """Why ``mine`` reused less than ``rival``, from their counters: the fallback after a tool
+    loop (prompt-side states two or more requests old), the tokens reused per group of kinds
+    (rival minus mine; the groups sum to the gap) with what each group the rival led means,
+    then states the budget refused. Never empty."""
     m, r = mine["policy"], rival["policy"]
     out = []
     old_m, old_r = _older(mine), _older(rival)
@@ -74,18 +108,15 @@ def miss_causes(mine: dict[str, Any], rival: dict[str, Any]) -> tuple[str, ...]:
             f"{old_m}): the fallback after a tool loop, which one state per request gives up where "
             "it keeps the loop's own P_end or D_end instead"
         )
-    d_m, d_r = _served(mine, "decode_end"), _served(rival, "decode_end")
-    if d_r > d_m:
-        out.append(
-            f"`{r}` served {d_r} requests from D_end (`{m}` {d_m}): outputs the next request kept "
-            "beyond what the round-trip verdict and the stability horizon predicted"
-        )
-    p_m, p_r = _served(mine, "prompt_end"), _served(rival, "prompt_end")
-    if p_r > p_m + _served(mine, "input_end"):  # more than mine's own prompt-side states served
-        out.append(
-            f"`{r}` served {p_r} requests from P_end (`{m}` {p_m}): a unit boundary between U_end "
-            "and P_end that the next request kept beyond the predicted horizon"
-        )
+    deltas = [
+        (sum(_tokens(rival, k) - _tokens(mine, k) for k in kinds), name, meaning)
+        for name, kinds, meaning in GROUPS
+    ]
+    led = sorted((d for d in deltas if d[0] >= 0.5), reverse=True)
+    if led:
+        by_group = ", ".join(f"{name} {d:+,.0f}" for d, name, _ in deltas if abs(d) >= 0.5)
+        meanings = "; ".join(f"{name}: {meaning}" for _, name, meaning in led)
+        out.append(f"tokens reused by kind, `{r}` minus `{m}`: {by_group} ({meanings})")
     if (refused := _refused(mine)) > _refused(rival):
         out.append(f"the budget refused {refused} of `{m}`'s states ({_refused(rival)} of `{r}`'s)")
     return tuple(out) or (
