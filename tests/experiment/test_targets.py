@@ -128,6 +128,9 @@ def test_a_miss_no_kind_accounts_for_says_so():
 
 def test_a_target_without_its_policy_or_rivals_under_the_budget_is_not_checked():
     assert checks(unit(run("chat_aware", 0.9), run("both", 0.9))) == []  # no chat_aware rival, no horizon
+    nothing = run("chat_aware", 0.9)
+    nothing["hit_rate"]["reused_over_oracle"] = None  # the oracle had nothing to reuse
+    assert checks(unit(nothing, run("input_end", 0.9))) == []
     assert lines(unit(run("main_sparse", 0.9, budget="equal_capacity"))) == [
         "- not run (needs the equal checkpoint-byte budget and the policies compared)"
     ]

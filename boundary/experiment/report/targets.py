@@ -47,6 +47,11 @@ def _reused(run: dict[str, Any]) -> float:
     return float(run["hit_rate"]["reused_over_oracle"])
 
 
+def _comparable(run: dict[str, Any]) -> bool:
+    """Has a ratio (None: the oracle had nothing to reuse)."""
+    return run["hit_rate"]["reused_over_oracle"] is not None
+
+
 def _served(run: dict[str, Any], kind: str) -> int:
     return int(run["selected_checkpoint"].get(kind, 0))
 
@@ -126,12 +131,14 @@ def miss_causes(mine: dict[str, Any], rival: dict[str, Any]) -> tuple[str, ...]:
 
 
 def checks(unit: UnitResult) -> list[TargetCheck]:
-    """Every target whose policy and at least one rival ran under the equal budget."""
+    """Every target whose policy and at least one rival ran under the equal budget with a
+    ratio to compare."""
     out = []
     for policy, rivals in TARGETS:
         mine = get(unit, policy, EQUAL_BUDGET)
-        present = [run for name in rivals if (run := get(unit, name, EQUAL_BUDGET)) is not None]
-        if mine is None or not present:
+        found = [get(unit, name, EQUAL_BUDGET) for name in rivals]
+        present = [run for run in found if run is not None and _comparable(run)]
+        if mine is None or not _comparable(mine) or not present:
             continue
         best = max(present, key=_reused)
         margin = _reused(mine) - _reused(best)
