@@ -164,9 +164,8 @@ def line(c: TargetCheck) -> str:
     head = f"`{c.policy}` {points(c.reused)}% ≥ {rivals}"
     if c.met:
         return f"{head}: met (+{points(c.margin)} points over `{c.rival}`)"
-    return f"{head}: **missed by {points(-c.margin)} points** (best rival `{c.rival}`). Cause: " + "; ".join(
-        c.causes
-    )
+    by = points(-c.margin) if -c.margin >= 0.00005 else "<0.01"
+    return f"{head}: **missed by {by} points** (best rival `{c.rival}`). Cause: " + "; ".join(c.causes)
 
 
 def lines(unit: UnitResult) -> list[str]:
