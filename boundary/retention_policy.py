@@ -16,9 +16,14 @@ Variants (reactive shared-prefix junctions are always kept by the engine itself)
 - ``decode_end``: D_end;
 - ``both``: U_end and D_end;
 - ``chat_aware``: the one state with the largest expected reused tokens among U_end, P_end and
-  D_end: the probability that its tokens reach the next request (U_end: 1; P_end and D_end:
-  the round-trip verdict) times where it actually materializes, counted only beyond what the
-  block twin already gives;
+  D_end: the probability that its tokens reach the next request (1 where it materializes at
+  or before the stability horizon; beyond it, 0 for U_end and the round-trip verdict for P_end
+  and D_end; without a horizon, 1 for U_end and the verdict for the others) times where it
+  actually materializes, counted only beyond what the block twin already gives. A state
+  nothing predicts to pay is not kept. On a request that opens a tool
+  loop (its prompt ends in a user message, its output calls a tool) P_end is no candidate:
+  the loop's requests keep what the session's next user turn may strip, and U_end is the
+  state that user turn still finds;
 - ``horizon``: the one state at the deepest materializable position at or before the stability
   horizon (``boundary.horizon``), never beyond it.
 
@@ -144,8 +149,9 @@ class RequestBoundaries:
     at the tokens the request computed). ``round_trip``: the probability that the output re-renders token
     for token into the next request (None: unknown, counted as 0). ``horizon``: the stability
     horizon, possibly past P_end (the engine caps it at D_end); None: not predicted.
-    ``user_turn``: the prompt ends in a user message (None: unknown; only
-    ``SessionVariant`` decisions read it).
+    ``user_turn``: the prompt ends in a user message; ``tool_call``: the output calls a tool,
+    so the next request continues a tool loop (None: unknown; ``chat_aware`` and the
+    ``SessionVariant`` decisions read them).
 
     Invariant: ``u_end <= p_end <= d_end`` where given; ``p_end >= 1``.
     """
@@ -156,6 +162,7 @@ class RequestBoundaries:
     round_trip: float | None = None
     horizon: int | None = None
     user_turn: bool | None = None
+    tool_call: bool | None = None
 
     def __post_init__(self) -> None:
         if self.p_end < 1 or (self.u_end is not None and not 0 <= self.u_end <= self.p_end):
@@ -335,18 +342,34 @@ def _chosen(variant: Variant, b: RequestBoundaries, g: EngineGeometry) -> list[_
         return [_input_end(b, g), _decode_end(b, g)]
     if variant is Variant.HORIZON:
         return _horizon(b, g)
-    # chat_aware: at admission choose among the prompt-side candidates, and keep P_end as the
-    # stand-in for D_end when the output is expected to round-trip (D_end lies beyond it); at
-    # finish D_end replaces the stand-in only where it materializes deeper.
-    prompt = [_input_end(b, g), _prompt_end(b, g)]
-    if b.d_end is None:
-        best = _best(prompt, b, g)
-        return [] if best is None else [best]
-    decode = _decode_end(b, g)
-    best = _best([*prompt, decode], b, g)
-    if best is None and decode.position > _twin_reach(b, g)[0]:
-        best = decode  # nothing is expected to pay: the one state goes where a verdict's miss would pay
+    return _chat_aware(b, g)
+
+
+def _opens_tool_loop(b: RequestBoundaries) -> bool:
+    """The prompt ends in a user message and the output calls a tool (or may: unknown)."""
+    return bool(b.user_turn) and b.tool_call is not False
+
+
+def _chat_aware(b: RequestBoundaries, g: EngineGeometry) -> list[_Candidate]:
+    """At admission the best prompt-side candidate (P_end stands in for D_end when the output
+    is expected to round-trip: D_end lies beyond it); at finish D_end replaces it only where it
+    materializes deeper. Nothing beyond the twin when no candidate is expected to pay."""
+    u, p = _reached(_input_end(b, g), b), _reached(_prompt_end(b, g), b)
+    prompt = [u] if u.kind is StateKind.INPUT_END and _opens_tool_loop(b) else [u, p]
+    candidates = prompt if b.d_end is None else [*prompt, _reached(_decode_end(b, g), b)]
+    best = _best(candidates, b, g)
     return [] if best is None else [best]
+
+
+def _reached(c: _Candidate, b: RequestBoundaries) -> _Candidate:
+    """``c`` with the horizon's word on its reach: certain at or before the horizon; U_end
+    beyond it is not reached (the next request rewrites the history before it); P_end and D_end
+    beyond it keep the round-trip verdict's probability."""
+    if b.horizon is None:
+        return c
+    if c.position <= b.horizon:
+        return _Candidate(c.kind, c.position, c.phase, 1.0)
+    return _Candidate(c.kind, c.position, c.phase, 0.0) if c.kind is StateKind.INPUT_END else c
 
 
 def decide(

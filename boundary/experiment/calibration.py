@@ -14,9 +14,14 @@ the active weights once (``decode_base``) and each sequence's KV and recurrent s
 
 ``ASSUMED_H200`` are order-of-magnitude figures, not measurements: a 3B-active MoE in BF16 reads
 ~6 GB of active weights per step at 4.8 TB/s (~1.3 ms), routing spreads a batch over more
-experts, and launches, sampling and scheduling add a few ms. Calibration against the engine
-fills ``MEASURED_STEP_CONSTANTS`` (by ``ModelDescription.name``); a measured entry replaces
-the assumption and every report names which one it used.
+experts, and launches, sampling and scheduling add a few ms. The *form* is checked against a
+running engine: vLLM's CPU build on a tiny GDN model (``boundary_vllm.step_costs``;
+``benchmarks/calibrate_steps.py`` prints the fit, ``tests/engine/test_engine_step_costs.py``
+holds it to 25%) fits a fixed cost per step, prefill linear in tokens (7% residual) and decode
+a fixed cost plus a cost per sequence (12-13%); CPU values of a tiny model say nothing of an
+H200's, so no GPU model has a measured entry. Calibration on a GPU fills
+``MEASURED_STEP_CONSTANTS`` (by ``ModelDescription.name``); a measured entry replaces the
+assumption and every report names which one it used.
 """
 
 from __future__ import annotations
@@ -47,7 +52,9 @@ ASSUMED_H200 = StepConstants(
     source=(
         "assumed for one H200 (not measured): 2 ms scheduling, launches and sampling per step; "
         "6 ms per decode step for the active weights and expert spread; 0.1 ms per decoding "
-        "sequence for its KV and recurrent state reads"
+        "sequence for its KV and recurrent state reads; the form (fixed cost per step, prefill "
+        "linear in tokens, decode fixed plus per sequence) is checked against vLLM's CPU engine "
+        "within 25% (tests/engine/test_engine_step_costs.py), the GPU values are not"
     ),
 )
 

@@ -56,6 +56,7 @@ def boundaries(
         round_trip=1.0 if predictor(request) else 0.0,
         horizon=request.horizon,
         user_turn=request.continuation is not Continuation.TOOL,
+        tool_call=request.tool_call,
     )
 
 

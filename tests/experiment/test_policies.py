@@ -94,10 +94,11 @@ def test_chat_aware_takes_u_end_when_the_output_will_not_round_trip():
     assert kept("chat_aware", b) == [(64, ("prompt_end_block",)), (80, ("input_end",))]
 
 
-def test_chat_aware_spends_no_prompt_state_when_u_end_lands_on_the_twin():
+def test_chat_aware_keeps_nothing_beyond_the_twin_where_nothing_predicts_it_pays():
     b = RequestBoundaries(95, 70, 149, round_trip=0.0)  # U_end 70 -> 64 = the twin
-    # nothing is expected to pay; the one state goes to D_end (128), where a wrong verdict pays
-    assert kept("chat_aware", b) == [(64, ("prompt_end_block",)), (128, ("decode_end",))]
+    # U_end adds nothing over the twin; P_end (80) and D_end (128) are predicted not to reach the
+    # next request: no state is spent on them (the twin is kept anyway)
+    assert kept("chat_aware", b) == [(64, ("prompt_end_block",))]
     assert kept("chat_aware", RequestBoundaries(95, 70, None, round_trip=0.0)) == [
         (64, ("prompt_end_block",))
     ]
@@ -105,13 +106,60 @@ def test_chat_aware_spends_no_prompt_state_when_u_end_lands_on_the_twin():
 
 
 def test_chat_aware_counts_a_twin_at_the_stability_horizon_as_certainly_reused():
-    """P_end 95 (twin 64), U_end 90 (-> 80, certain), D_end 149 (-> 128), round trip 0.3, and a
-    horizon at 64: the twin sits exactly at the horizon, so it is reused for certain (base 64).
-    Expected tokens: U_end 80; P_end 0.3 x 80 + 0.7 x 64 = 68.8; D_end 0.3 x 128 + 0.7 x 64 =
-    83.2: D_end. (Were the twin at the horizon only as likely as the round trip, the base would
-    be 0.3 x 64 = 19.2 and D_end 0.3 x 128 + 0.7 x 19.2 = 51.84 < U_end's 80.)"""
+    """P_end 95 (twin 64), U_end 90 (-> 80), D_end 149 (-> 128), round trip 0.3, and a horizon
+    at 64: the twin sits exactly at the horizon, so it is reused for certain (base 64); U_end's
+    state lies beyond the horizon, so the next request does not reach it (64). Expected tokens:
+    U_end 64; P_end 0.3 x 80 + 0.7 x 64 = 68.8; D_end 0.3 x 128 + 0.7 x 64 = 83.2: D_end."""
     b = RequestBoundaries(95, 90, 149, round_trip=0.3, horizon=64)
     assert kept("chat_aware", b) == [(64, ("prompt_end_block",)), (128, ("decode_end",))]
+
+
+G1 = EngineGeometry(block_size=64, unit=1)  # P_end 95 -> 94, U_end 90 -> 90, twin 64
+
+
+def test_chat_aware_keeps_u_end_not_p_end_on_a_request_that_opens_a_tool_loop():
+    """At unit 1 P_end's state (94) lies past U_end's (90) and the output round-trips: P_end is
+    worth 94 tokens to the next request, U_end 90. On a request whose prompt ends in a user
+    message and whose output calls a tool, the loop keeps reasoning the next user turn strips,
+    so P_end is no candidate there: U_end, the state that user turn still finds."""
+    opens = RequestBoundaries(95, 90, None, round_trip=1.0, user_turn=True, tool_call=True)
+    assert kept("chat_aware", opens, G1) == [(64, ("prompt_end_block",)), (90, ("input_end",))]
+    unknown = RequestBoundaries(95, 90, None, round_trip=1.0, user_turn=True)  # tool call unknown
+    assert kept("chat_aware", unknown, G1)[-1] == (90, ("input_end",))
+    chat = RequestBoundaries(95, 90, None, round_trip=1.0, user_turn=True, tool_call=False)
+    assert kept("chat_aware", chat, G1)[-1] == (94, ("prompt_end",))
+    in_loop = RequestBoundaries(95, 90, None, round_trip=1.0, user_turn=False, tool_call=True)
+    assert kept("chat_aware", in_loop, G1)[-1] == (94, ("prompt_end",))
+
+
+def test_chat_aware_reads_the_horizon_for_each_candidates_reach():
+    """Unit 16: twin 64, U_end 80, P_end 80, D_end 149 -> 128; round trip 0."""
+    # U_end's state (80) beyond a horizon at 70: not reached; the twin (64 <= 70) is: nothing pays
+    assert kept("chat_aware", RequestBoundaries(95, 90, 149, round_trip=0.0, horizon=70)) == [
+        (64, ("prompt_end_block",))
+    ]
+    # without a horizon U_end is a prefix of the next request
+    assert kept("chat_aware", RequestBoundaries(95, 90, 149, round_trip=0.0))[-1] == (80, ("input_end",))
+    # D_end's state (128) at or before a horizon at 140: the next request keeps it, verdict or not
+    assert kept("chat_aware", RequestBoundaries(95, 90, 149, round_trip=0.0, horizon=140))[-1] == (
+        128,
+        ("decode_end",),
+    )
+    # a horizon at 127 stops one token short of it: U_end (80 <= 127) is the best certain state
+    assert kept("chat_aware", RequestBoundaries(95, 90, 149, round_trip=0.0, horizon=127))[-1] == (
+        80,
+        ("input_end",),
+    )
+
+
+def test_chat_aware_takes_p_end_at_or_before_the_horizon_without_a_round_trip():
+    """Unit 1, reasoning dropped (no round trip): the next request keeps the assistant header
+    up to the horizon. P_end's state (94) at a horizon of 94 is certain and deeper than U_end's
+    (90); at a horizon of 93 it is not reached."""
+    b = RequestBoundaries(95, 90, None, round_trip=0.0, horizon=94, user_turn=True, tool_call=False)
+    assert kept("chat_aware", b, G1)[-1] == (94, ("prompt_end",))
+    short = RequestBoundaries(95, 90, None, round_trip=0.0, horizon=93, user_turn=True, tool_call=False)
+    assert kept("chat_aware", short, G1)[-1] == (90, ("input_end",))
 
 
 def test_chat_aware_takes_d_end_where_it_materializes_past_p_end_and_p_end_where_it_does_not():
@@ -208,7 +256,9 @@ def stream_request(**kw) -> StreamRequest:
 
 def test_a_stream_request_reaches_the_policy_with_its_verdict_and_horizon():
     r = stream_request(tool_call=True, horizon=120)
-    assert boundaries(r, finished=False) == RequestBoundaries(95, 90, None, 1.0, 120, user_turn=True)
+    assert boundaries(r, finished=False) == RequestBoundaries(
+        95, 90, None, 1.0, 120, user_turn=True, tool_call=True
+    )
     assert boundaries(r, finished=True).d_end == 149
     assert boundaries(stream_request(tool_call=True, round_trip=False), finished=True).round_trip == 0.0
     assert policy("chat_aware").finish(r, G) == decide("chat_aware", boundaries(r, finished=True), G)
@@ -257,24 +307,27 @@ def test_may_keep_decode_says_yes_whenever_some_d_end_keeps_a_decode_state(
         assert not may_keep_decode(variant, b, g)
 
 
-def test_chat_aware_without_a_verdict_still_holds_decode_states_where_finish_falls_back_to_d_end():
-    """U_end = 70 lands on the twin (64, certainly reused): no prompt state adds anything, so at
-    finish the one state goes to D_end (149 -> 128) although the verdict is 0."""
+def test_chat_aware_without_a_prediction_holds_no_decode_state():
+    """U_end = 70 lands on the twin (64, certainly reused) and nothing predicts that D_end pays
+    (verdict 0, no horizon past P_end): the one state stays the twin and no decode block is
+    held; a verdict > 0 (or a horizon past P_end) holds them."""
     b = RequestBoundaries(p_end=95, u_end=70, round_trip=0.0)
-    assert kept("chat_aware", replace(b, d_end=149)) == [(64, ("prompt_end_block",)), (128, ("decode_end",))]
-    assert may_keep_decode("chat_aware", b, G)
-    assert not may_keep_decode("chat_aware", RequestBoundaries(p_end=95, u_end=90, round_trip=0.0), G)
+    assert kept("chat_aware", replace(b, d_end=149)) == [(64, ("prompt_end_block",))]
+    assert not may_keep_decode("chat_aware", b, G)
+    assert may_keep_decode("chat_aware", replace(b, round_trip=1.0), G)
+    assert kept("chat_aware", replace(b, d_end=149, round_trip=1.0))[-1] == (128, ("decode_end",))
     assert not may_keep_decode("horizon", replace(b, horizon=94), G)
     assert may_keep_decode("horizon", replace(b, horizon=200), G)
 
 
 def test_the_experiment_holds_decode_states_by_the_admission_time_rule():
-    r = stream_request(u_end=70, round_trip=False)
-    assert keeps_decode(policy("chat_aware"), r, G) is may_keep_decode(
-        "chat_aware", boundaries(r, finished=False), G
-    )
-    assert keeps_decode(policy("chat_aware"), r, G)
-    assert not keeps_decode(policy("input_end"), r, G)
+    for round_trip in (False, True):
+        r = stream_request(u_end=70, round_trip=round_trip)
+        assert keeps_decode(policy("chat_aware"), r, G) is may_keep_decode(
+            "chat_aware", boundaries(r, finished=False), G
+        )
+        assert keeps_decode(policy("chat_aware"), r, G) is round_trip
+    assert not keeps_decode(policy("input_end"), stream_request(u_end=70, round_trip=True), G)
 
 
 def test_the_experiments_policy_names_are_the_variants_values():

@@ -28,6 +28,7 @@ from boundary.experiment.report.tables import (
     side_by_side,
     unit_sweep,
 )
+from boundary.experiment.report.targets import section as target_section
 
 __all__ = ["markdown", "pct", "plot"]
 
@@ -77,6 +78,8 @@ def markdown(
             *questions_by_unit(result),
             "",
         ]
+    if others:
+        lines += ["### Phase 2 / 3 targets at every unit", "", *target_section(result.units)]
     for u in others:
         lines += [_side_by_side_title(u), "", *side_by_side(u), ""]
     lines += ["### Not measured without a GPU", "", *(f"- {x}" for x in NOT_WITHOUT_GPU), ""]

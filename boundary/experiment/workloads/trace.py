@@ -3,7 +3,9 @@
 Where it sits: the experiment's request stage: a ``boundary.trace`` file as a stream (rendered
 through ``rendering``); ``workloads.build_stream`` calls it.
 
-A chat request is rendered with the family's template (U_end and P_end from that rendering);
+A chat request is rendered with the family's template (U_end and P_end from that rendering),
+and carries the round-trip verdict and the stability horizon predicted for its output, as a
+shipped workload's request does (what ``chat_aware`` and ``horizon`` decide on);
 its output is, in order of preference: ``output.token_ids``; ``output.text`` tokenized;
 ``output.message`` written the way the model emits it; the assistant message the session's
 next request carries right after this request's messages; otherwise none (D_end = P_end).
@@ -24,6 +26,7 @@ from boundary.experiment.stream import Continuation, StreamRequest
 from boundary.experiment.workloads.rendering import (
     OutputFormatter,
     OutputUnavailable,
+    predicted_horizon,
     predicted_round_trip,
 )
 from boundary.experiment.workloads.script import ClientBehaviour
@@ -124,6 +127,7 @@ def _chat(
         tool_call=bool(nxt and nxt.get("tool_calls")),
         round_trip=predicted_round_trip(fam, messages, ids, line.tools, habit, render) if ids else None,
         recorded_arrival=line.arrival_s,
+        horizon=predicted_horizon(fam, prompt, messages, ids, line.tools, habit, render) if ids else None,
     )
 
 

@@ -1,0 +1,54 @@
+"""The load model's step cost form fitted to a running vLLM engine (``boundary_vllm.step_costs``).
+
+Times prefill steps of a few prompt sizes and decode steps of a few batch sizes on the tiny
+random-weight Gated DeltaNet model (vLLM's CPU build), prefix caching off, and fits the form
+``boundary.experiment.calibration`` prices steps with: a fixed cost per step, prefill linear
+in tokens, decode a fixed cost plus a cost per sequence. Prints the samples, the fitted
+constants, the largest relative residual of each fit, and the GPU assumption beside them.
+
+Where it sits: outside the package, at the engine end: a script nobody imports; it drives
+``boundary_vllm.step_costs`` (the engine tier's CPU build) and reads the experiment's cost form.
+
+Absolute times are CPU times of a tiny model: they check the form, not the GPU values (which
+stay assumptions, stated with their sources in every report header).
+
+Usage (from the repository root, in the engine environment):
+    BOUNDARY_CACHE_DIR=... PYTHONPATH=.:integrations/vllm .venv-engine/bin/python \\
+        benchmarks/calibrate_steps.py [--sizes 256,512,1024,2048] [--batches 1,2,4,8] \\
+        [--repeats 5] [--clock cpu|wall]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from boundary.experiment.calibration import ASSUMED_H200
+
+
+def main() -> None:
+    from boundary_vllm.step_costs import fit, measure
+    from boundary_vllm.tiny_models import model_dir
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="256,512,1024,2048")
+    ap.add_argument("--batches", default="1,2,4,8")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
+    args = ap.parse_args()
+    sizes = tuple(int(x) for x in args.sizes.split(","))
+    batches = tuple(int(x) for x in args.batches.split(","))
+    samples = measure(model_dir("gdn"), sizes, batches, repeats=args.repeats, clock=args.clock)
+    result = {
+        "engine": "vLLM CPU build, tiny random-weight GDN model (boundary_vllm.tiny_models), bf16",
+        "clock": "CPU seconds of the engine's thread" if args.clock == "cpu" else "wall seconds",
+        "prefill_step_seconds": samples.prefill,
+        "decode_step_seconds": samples.decode,
+        "fit": fit(samples).describe(),
+        "gpu_assumption": ASSUMED_H200.describe(),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
