@@ -38,7 +38,7 @@ from boundary.prefixes import common_prefix_length
 from boundary.render_target import RenderTarget, resolve_target, template_tools
 from boundary.renderer import Renderer, check_arguments
 from boundary.rendering import Rendering
-from boundary.request.identity import ContentKey, as_read, item_key, items_key
+from boundary.request.identity import ContentKey, as_read, item_keys, items_key
 from boundary.request.models import Message, Tool
 from boundary.request.validation import (
     ArgumentsForm,
@@ -154,7 +154,7 @@ class Session:
         if (arguments, strict, target.name, variant) != self._parsed_under:
             self._keys, self._normalized = [], []
             self._parsed_under = (arguments, strict, target.name, variant)
-        keys = [item_key(m) for m in messages]
+        keys = item_keys(messages)
         keep = 0
         limit = min(len(keys), len(self._keys))
         while keep < limit and keys[keep] is not None and keys[keep] == self._keys[keep]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import io
 import pickle
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NewType
 
 from pydantic import BaseModel
@@ -54,22 +54,43 @@ class _PlainPickler(pickle.Pickler):
         raise _NotPlain
 
 
-def content_key(value: object) -> ContentKey | None:
-    """The canonical serialization of ``value`` (module docstring), or None when ``value``
-    holds anything but exact builtin values (then it must be treated as changed)."""
+def _pickler() -> tuple[io.BytesIO, _PlainPickler]:
     buffer = io.BytesIO()
     pickler = _PlainPickler(buffer, protocol=_PROTOCOL)
     pickler.fast = True  # no memo: the bytes depend on the values, never on shared references
-    try:
-        pickler.dump(value)
-    except (_NotPlain, RecursionError, ValueError, pickle.PicklingError):
-        return None  # not plain, nested too deep, or a cycle (fast mode refuses those)
-    return ContentKey(buffer.getvalue())
+    return buffer, pickler
+
+
+def content_keys(values: Iterable[object]) -> list[ContentKey | None]:
+    """``content_key`` of each of ``values``, with one pickler: a dump in fast mode starts
+    from nothing (no memo, a frame of its own), so its bytes are those of a fresh pickler's;
+    after a refused value the pickler is replaced, never reused mid-state."""
+    buffer, pickler = _pickler()
+    keys: list[ContentKey | None] = []
+    for value in values:
+        try:
+            pickler.dump(value)
+        except (_NotPlain, RecursionError, ValueError, pickle.PicklingError):
+            keys.append(None)  # not plain, nested too deep, or a cycle (fast mode refuses those)
+            buffer, pickler = _pickler()
+            continue
+        keys.append(ContentKey(buffer.getvalue()))
+        buffer.seek(0)
+        buffer.truncate()
+    return keys
+
+
+def content_key(value: object) -> ContentKey | None:
+    """The canonical serialization of ``value`` (module docstring), or None when ``value``
+    holds anything but exact builtin values (then it must be treated as changed)."""
+    return content_keys((value,))[0]
 
 
 def as_read(item: object) -> object:
     """What ``validation`` reads of one message or tool: a pydantic model's
     ``model_dump(exclude_unset=True)``, a non-dict mapping as a dict, anything else as is."""
+    if type(item) is dict:  # the common case, ahead of the slower ``isinstance`` checks
+        return item
     if isinstance(item, BaseModel):
         return item.model_dump(exclude_unset=True)
     if isinstance(item, Mapping) and not isinstance(item, dict):
@@ -82,6 +103,11 @@ def item_key(item: object) -> ContentKey | None:
     return content_key(as_read(item))
 
 
+def item_keys(items: Iterable[object]) -> list[ContentKey | None]:
+    """``item_key`` of each of ``items``."""
+    return content_keys(map(as_read, items))
+
+
 def items_key(items: Sequence[object] | None) -> ContentKey | None:
     """``content_key`` of a whole list of messages or tools as ``validation`` reads it; ``None``
     (no tools) has a key of its own, distinct from ``[]``."""
@@ -90,4 +116,4 @@ def items_key(items: Sequence[object] | None) -> ContentKey | None:
     return content_key([as_read(item) for item in items])
 
 
-__all__ = ["ContentKey", "as_read", "content_key", "item_key", "items_key"]
+__all__ = ["ContentKey", "as_read", "content_key", "content_keys", "item_key", "item_keys", "items_key"]
