@@ -402,10 +402,11 @@ class CutTokenMap:
         cuts: list[Cut],
         ids: Sequence[int],
         segment_map: Callable[[str, Sequence[int]], TokenMap],
+        chars: list[CharOffset] | None = None,  # ``[c.char for c in cuts]``, where known
     ) -> None:
         self._text = text
         self._cuts = cuts
-        self._chars = [c.char for c in cuts]
+        self._chars = [c.char for c in cuts] if chars is None else chars
         self._n_chars = len(text)
         self._ids = ids
         self._n_tokens = len(ids)

@@ -289,7 +289,10 @@ class Run:
 
     def _verified(self, entry: Entry) -> bool:
         value = self.value
-        return all(value(desc) == expected for desc, expected in entry.reads)
+        for desc, expected in entry.reads:
+            if value(desc) != expected:
+                return False
+        return True
 
     def _fits(self, entry: Entry) -> bool:
         d = self.deadline

@@ -51,32 +51,30 @@ def read_marks(
 ) -> TextRendering:
     """The text without its marks, and the positions they marked. ``withdrawn`` is why U_end
     is unavailable (the template exposes none, or a probe could not be decided), else None."""
-    pieces: list[str] = []
-    length = 0
+    chunks = raw.split(nonce)
+    pieces = [chunks[0]]
+    length = len(chunks[0])
     first_divergence: int | None = None
     sites: dict[int, dict[int, int]] = {}
     spans: list[Span] = []
     open_at: int | None = None
-    cursor = 0
-    while (at := raw.find(nonce, cursor)) >= 0:
-        pieces.append(raw[cursor:at])
-        length += at - cursor
-        close = raw.index(CLOSE, at)
-        payload = raw[at + len(nonce) : close]
-        cursor = close + 1
-        kind = payload[0]
-        if kind == "g":
+    for chunk in chunks[1:]:  # each: a mark's payload, CLOSE, then text up to the next mark
+        close = chunk.index(CLOSE)
+        kind = chunk[0]
+        if kind == "m":
+            site, index = chunk[1:close].split(".")
+            sites.setdefault(int(site), {})[int(index)] = length
+        elif kind == "g":
             if first_divergence is None:
                 first_divergence = length
-        elif kind == "m":
-            site, index = payload[1:].split(".")
-            sites.setdefault(int(site), {})[int(index)] = length
         elif kind == "s":
             open_at = length
         elif kind == "e" and open_at is not None:
             spans.append(Span(CharOffset(open_at), CharOffset(length)))
             open_at = None
-    pieces.append(raw[cursor:])
+        rest = chunk[close + 1 :]
+        pieces.append(rest)
+        length += len(rest)
     text = "".join(pieces)
 
     if withdrawn is not None:

@@ -86,6 +86,7 @@ class Session:
         self._text = ""
         self._ids: list[int] = []
         self._cuts: list[Cut] = []
+        self._cut_chars: list[CharOffset] = []  # ``[c.char for c in self._cuts]``
         self._incremental = Incremental(enabled=incremental)
 
     # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a
@@ -119,7 +120,7 @@ class Session:
         normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
         self._prepare_tools(tools, strict_request, resolved)
         if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
-            self._text, self._ids, self._cuts = "", [], []
+            self._text, self._ids, self._cuts, self._cut_chars = "", [], [], []
         rendered = fam.render_with_encoder(
             normalized,
             self._tools,
@@ -184,22 +185,24 @@ class Session:
         encoded on its own (everything, when the encoder declares no safe cut)."""
         tok = self.family.tokenizer
         shared = common_prefix_length(self._text, text)
-        k = bisect_right([c.char for c in self._cuts], shared - tok.cut_rule.lookahead) - 1
+        k = bisect_right(self._cut_chars, shared - tok.cut_rule.lookahead) - 1
         start = self._cuts[k] if k >= 0 else Cut(CharOffset(0), TokenOffset(0))
         suffix = tok.encode(text[start.char :], with_cuts=True, clock=clock)
         ids = self._ids[: start.token] + suffix.ids
-        cuts = self._cuts[: k + 1] + [
+        added = [
             Cut(CharOffset(start.char + c.char), TokenOffset(start.token + c.token))
             for c in suffix.cuts or ()
             if c.char > 0
         ]
-        self._text, self._ids, self._cuts = text, ids, cuts
+        cuts = self._cuts[: k + 1] + added
+        chars = self._cut_chars[: k + 1] + [c.char for c in added]
+        self._text, self._ids, self._cuts, self._cut_chars = text, ids, cuts, chars
         self.stats.requests += 1
         self.stats.reused_tokens += start.token
         self.stats.encoded_tokens += len(suffix.ids)
         if start.char == 0:
             return ids, suffix.token_map
-        return ids, CutTokenMap(text, cuts, ids, tok.segment_map)
+        return ids, CutTokenMap(text, cuts, ids, tok.segment_map, chars)
 
 
 class SessionCache:

@@ -235,9 +235,11 @@ class Sandbox(OperatorsMixin, FormattingMixin, CheckedFiltersMixin):
                 return obj[attribute]
             except (TypeError, LookupError):
                 return self.undefined(obj=obj, name=attribute)
-        fmt = self.wrap_str_format(value)
-        if fmt is not None:
-            return fmt
+        kind = type(value)
+        if kind is MethodType or kind is BuiltinMethodType:  # final types: ``isinstance`` alike
+            fmt = self.wrap_str_format(value)
+            if fmt is not None:
+                return fmt
         # jinja2's safety verdict depends only on the object's type and the attribute name
         # (never on the value), so it is computed once per pair.
         key = (type(obj), attribute)
