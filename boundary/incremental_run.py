@@ -289,7 +289,7 @@ class Run:
 
     def _verified(self, entry: Entry) -> bool:
         value = self.value
-        for desc, expected in entry.reads:
+        for desc, expected in entry.reads:  # noqa: SIM110  (no generator per replayed iteration)
             if value(desc) != expected:
                 return False
         return True
