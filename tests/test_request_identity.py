@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from boundary.request.identity import content_key, item_key, items_key
+from boundary.request.identity import content_key, content_keys, item_key, item_keys, items_key
 
 _SCALARS = st.one_of(
     st.none(),
@@ -60,6 +60,19 @@ def test_values_python_holds_equal_get_different_keys() -> None:
     assert content_key([1]) != content_key((1,))
     assert content_key({1: "x"}) != content_key({"1": "x"})
     assert content_key(0.0) != content_key(-0.0)
+
+
+_REFUSED = st.sampled_from([object(), {"a": object()}, [1, {"b": object()}], ["x" * 200_000, object()]])
+
+
+@given(_VALUES, _REFUSED, _VALUES)
+def test_keys_taken_together_are_the_keys_taken_one_by_one(a: Any, refused: Any, b: Any) -> None:
+    """One pickler for many values, recovering from a refused one mid-way: the same bytes."""
+    first, none, second, again = content_keys([a, refused, b, a])
+    assert none is None and first is not None and second is not None
+    assert (first == second) == _same_tree(a, b)
+    assert first == again == content_key(a) and second == content_key(b)
+    assert item_keys([a, refused, b]) == [item_key(a), None, item_key(b)]
 
 
 def test_shared_references_serialize_like_equal_copies() -> None:
