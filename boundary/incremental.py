@@ -34,7 +34,7 @@ from boundary import incremental_plan as ip
 from boundary import template_run as tr
 from boundary.incremental_run import FILTERS, RUN, Counted, Entry, Keys, Run
 from boundary.marks import TextRendering, read_marks
-from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox, fixed_clock
+from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox
 
 _MAX_OUTER = 64  # distinct outer keys remembered per session
 _OFF = "incremental runs are turned off for this session"
@@ -124,15 +124,7 @@ class Incremental:
             )
         compiled = incremental.compiled
         recorder = tr._Recorder(messages, compiled)
-        context: dict[str, Any] = {
-            **(variables or {}),
-            "messages": messages,
-            "tools": tools,
-            "documents": documents,
-            "add_generation_prompt": add_generation_prompt,
-        }
-        if now is not None:
-            context["strftime_now"] = fixed_clock(now)
+        context = tr.template_context(messages, tools, documents, add_generation_prompt, variables, now)
         deadline = Deadline(limits)
         out = Counted(compiled.template)
         run = Run(self, compiled.source, incremental.plan, recorder, deadline, out)

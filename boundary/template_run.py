@@ -246,6 +246,28 @@ def _template_line(exc: BaseException) -> str:
     return "template" if line is None else f"template:{line}"
 
 
+def template_context(
+    messages: Sequence[Mapping[str, Any]],
+    tools: Sequence[Mapping[str, Any]] | None,
+    documents: Sequence[Mapping[str, Any]] | None,
+    add_generation_prompt: bool,
+    variables: Mapping[str, Any] | None,
+    now: datetime | None,
+) -> dict[str, Any]:
+    """The names a template run sees, as transformers passes them: ``variables`` (special
+    tokens, template kwargs) under the request's own names; ``strftime_now`` fixed to ``now``."""
+    context: dict[str, Any] = {
+        **(variables or {}),
+        "messages": messages,
+        "tools": tools,
+        "documents": documents,
+        "add_generation_prompt": add_generation_prompt,
+    }
+    if now is not None:
+        context["strftime_now"] = fixed_clock(now)
+    return context
+
+
 def run_template(
     compiled: CompiledTemplate,
     messages: Sequence[Mapping[str, Any]],
@@ -260,15 +282,7 @@ def run_template(
     """Render once; ``variables`` are the tokenizer's special tokens plus template kwargs,
     passed as transformers passes them."""
     recorder = _Recorder(messages, compiled)
-    context: dict[str, Any] = {
-        **(variables or {}),
-        "messages": messages,
-        "tools": tools,
-        "documents": documents,
-        "add_generation_prompt": add_generation_prompt,
-    }
-    if now is not None:
-        context["strftime_now"] = fixed_clock(now)
+    context = template_context(messages, tools, documents, add_generation_prompt, variables, now)
     deadline = Deadline(limits)
     raw = _run(compiled.template, context, recorder, deadline)
     withdrawn = compiled.unavailable_reason if compiled.unavailable_reason is not None else recorder.unknown
