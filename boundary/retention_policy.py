@@ -405,13 +405,22 @@ def may_keep_decode(
     """Whether ``request``'s finish decision may keep an output-side state, asked at admission
     (D_end unknown): an executor then holds the decode states it crosses until finish.
 
-    Derived from ``decide`` itself, at the deepest D_end: every variant's decode keep is
-    monotone in D_end (a deeper D_end materializes at least as deep and is worth at least as
-    much), so if any D_end keeps one, the deepest does (the tests hold it). Over-answering costs
-    a tentative hold released at finish; under-answering would lose the state the decision keeps.
+    Derived from ``decide`` itself, at two D_ends: the deepest, and the stability horizon's
+    reach when it is at or past P_end. Beyond the horizon a variant's decode keep is monotone
+    in D_end (a deeper D_end materializes at least as deep and is worth at least as much), and
+    up to it too; only crossing it can lose the keep (``chat_aware`` counts a D_end the horizon
+    reaches as certainly reused, one past it by the round-trip verdict), so if any D_end keeps
+    one, one of the two does (the tests hold it). Over-answering costs a tentative hold
+    released at finish; under-answering would lose the state the decision keeps.
     """
-    probe = replace(request, d_end=max(_DEEPEST, request.p_end))
-    return any(k.phase is Phase.DECODE for k in decide(variant, probe, geometry).keeps)
+    probes = [max(_DEEPEST, request.p_end)]
+    if request.horizon is not None and request.horizon >= request.p_end:
+        probes.append(request.horizon)
+    return any(
+        k.phase is Phase.DECODE
+        for d_end in probes
+        for k in decide(variant, replace(request, d_end=d_end), geometry).keeps
+    )
 
 
 def _chain_fallback(b: RequestBoundaries, g: EngineGeometry) -> Decision:

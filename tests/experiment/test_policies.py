@@ -291,20 +291,33 @@ def test_d_end_is_capped_at_the_last_computed_token_and_never_before_p_end():
 def test_may_keep_decode_says_yes_whenever_some_d_end_keeps_a_decode_state(
     p_end, u_back, outputs, round_trip, horizon, block, unit, states, twin, variant
 ):
-    """The admission-time answer holds for every D_end the finish decision may see: decisions
-    keep a decode state monotonically in D_end, and ``may_keep_decode`` never says no to one."""
+    """The admission-time answer holds for every D_end the finish decision may see: on each
+    side of the stability horizon decisions keep a decode state monotonically in D_end, and
+    ``may_keep_decode`` never says no to one."""
     g = EngineGeometry(block, unit, states, twin)
     b = RequestBoundaries(p_end, max(p_end - u_back, 0), None, round_trip, horizon, user_turn=True)
 
     def keeps_at(d_end: int) -> bool:
         return any(k.phase is Phase.DECODE for k in decide(variant, replace(b, d_end=d_end), g).keeps)
 
-    shallow, deep = (keeps_at(p_end + o) for o in sorted(outputs))
-    assert deep or not shallow  # a deeper D_end never loses the decode keep
+    lo, hi = sorted(outputs)
+    shallow, deep = keeps_at(p_end + lo), keeps_at(p_end + hi)
+    if horizon is None or p_end + hi <= horizon or p_end + lo > horizon:
+        assert deep or not shallow  # a deeper D_end on the same side never loses the keep
     if shallow or deep:
         assert may_keep_decode(variant, b, g)
     if states is DecodeStates.NONE or variant in (Variant.MAIN_SPARSE, Variant.INPUT_END):
         assert not may_keep_decode(variant, b, g)
+
+
+def test_a_d_end_the_horizon_reaches_holds_decode_states_though_a_deeper_one_would_not():
+    """chat_aware counts a D_end at or before the horizon (1) as certainly reused and one past
+    it by the verdict (none): the deepest D_end alone would answer no at admission."""
+    g = EngineGeometry(64, 1, DecodeStates.UNIT, False)
+    b = RequestBoundaries(1, 1, None, None, 1, user_turn=True)
+    assert any(k.phase is Phase.DECODE for k in decide("chat_aware", replace(b, d_end=1), g).keeps)
+    assert not any(k.phase is Phase.DECODE for k in decide("chat_aware", replace(b, d_end=2), g).keeps)
+    assert may_keep_decode("chat_aware", b, g)
 
 
 def test_chat_aware_without_a_prediction_holds_no_decode_state():
