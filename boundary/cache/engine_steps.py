@@ -207,7 +207,7 @@ class EngineSteps:
         created = []
         for page in flight.tentative:
             if target is not None and page.position == target.position and self.config.output_reuse:
-                page.labels = tuple(k.value for k in target.kinds)
+                stats.label(page, tuple(k.value for k in target.kinds))
                 for label in page.labels:
                     stats.created[label] += 1
                 created.append(page)
@@ -360,7 +360,7 @@ class EngineSteps:
             stats.state_bytes += page.nbytes
             stats.peak_state_bytes = max(stats.peak_state_bytes, stats.state_bytes)
         page.position = planned.position
-        page.labels = planned.kinds
+        stats.label(page, planned.kinds)
         self.host.states.cache(page, request.prefix)
         for label in page.labels if count else ():
             stats.created[label] += 1

@@ -272,8 +272,7 @@ class HybridPrefixCache:
         self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
     ) -> Entry:
         state = self._allocate(EntryKind.STATE, self.geometry.state_bytes, planned.position, request.rid, now)
-        state.labels = planned.kinds
-        self.stats.state_bytes_by_kind[primary_kind(state)] += state.nbytes
+        self.stats.label(state, planned.kinds)
         self.states.cache(state, request.prefix)
         if planned.alias:
             index = planned.position // self.geometry.block_size
@@ -356,6 +355,7 @@ class HybridPrefixCache:
         expected.update(self._pinned)
         arenas = {id(self.working): self.working, id(self.checkpoints): self.checkpoints}
         state_bytes = block_bytes = 0
+        by_kind: Counter[str] = Counter()
         for arena in arenas.values():
             assert arena.used == sum(e.nbytes for e in arena.charged), f"{arena.name}: used != sum of entries"
             assert arena.used <= arena.capacity or arena.overcommits, f"{arena.name}: over capacity"
@@ -370,6 +370,7 @@ class HybridPrefixCache:
                     assert e in index.entries.get(key, ()), f"{e}: key {key} missing from the index"
                 if e.kind is EntryKind.STATE:
                     state_bytes += e.nbytes
+                    by_kind[primary_kind(e)] += e.nbytes if e.labels else 0
                     assert len(e.keys) == 1 and e.position > 0 and e.position % g.unit == 0, f"bad state {e}"
                 elif e.kind is EntryKind.BLOCK:
                     block_bytes += e.nbytes
@@ -378,3 +379,6 @@ class HybridPrefixCache:
                     assert not e.keys and e.refs == 1, f"scratch {e} is cached or shared"
         assert state_bytes == self.stats.state_bytes, "state byte counter drifted"
         assert block_bytes == self.stats.block_bytes, "block byte counter drifted"
+        counted = self.stats.state_bytes_by_kind
+        drift = {k: (counted[k], by_kind[k]) for k in {*counted, *by_kind} if counted[k] != by_kind[k]}
+        assert not drift and all(v >= 0 for v in by_kind.values()), f"state bytes by kind drifted: {drift}"

@@ -106,6 +106,15 @@ class CacheStats:
     started_at: float | None = None
     clock: float = 0.0
 
+    def label(self, state: Entry, labels: tuple[str, ...]) -> None:
+        """Give ``state`` its ``labels``, moving its bytes to its new primary kind: only
+        labelled states count in ``state_bytes_by_kind`` (``_forget`` takes them out)."""
+        if state.labels:
+            self.state_bytes_by_kind[primary_kind(state)] -= state.nbytes
+        state.labels = labels
+        if labels:
+            self.state_bytes_by_kind[primary_kind(state)] += state.nbytes
+
 
 def primary_kind(state: Entry) -> str:
     """The kind a state is counted under: its first label in serving order."""
