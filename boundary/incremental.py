@@ -87,6 +87,7 @@ class Incremental:
         self.reason: str | None = None
         self.reused = 0  # iterations replayed, over all renders
         self.rendered = 0  # iterations rendered
+        self.scan_skipped = 0  # iterations of guarded scans skipped (``incremental_plan._guard``)
 
     def outer_id(self, outer: tuple[Any, ...]) -> int:
         if outer not in self._outer:

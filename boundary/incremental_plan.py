@@ -34,19 +34,33 @@ from dataclasses import dataclass
 from jinja2 import nodes
 
 from boundary import instrumentation as ins
-from boundary.incremental_rewrite import ENTER, LEAVE, MISS, Rewrite, Unsafe, const, hook
+from boundary.incremental_rewrite import (
+    ENTER,
+    ITER,
+    LEAVE,
+    LENGTH_FILTERS,
+    MISS,
+    SCAN,
+    Rewrite,
+    Unsafe,
+    const,
+    hook,
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
-    """A rewritten tree and the names the ``ENTER`` hook receives, in order: the loop, the
-    item, then ``namespaces``, ``sequences`` and ``outer`` values."""
+    """A rewritten tree and the names the ``ITER`` hook receives after the loop's items, in
+    order: ``namespaces``, ``sequences`` and ``outer`` values. ``site`` is the message loop's
+    mark site (``instrumentation.MESSAGE``)."""
 
     tree: nodes.Template
     target: str
     namespaces: tuple[str, ...]
     sequences: tuple[str, ...]
     outer: tuple[str, ...]
+    site: int
+    scans: tuple[str, ...] = ()  # the guarded scans found, as ``ns.attr`` (line N)
 
 
 def _top_level(body: list[nodes.Node]) -> list[nodes.Node]:
@@ -134,6 +148,88 @@ def _macros(tree: nodes.Template) -> dict[str, nodes.Macro]:
     return {m.name: m for m in top if names.count(m.name) == 1 and m.name not in stored}
 
 
+_SCAN_LOOP_ATTRS = frozenset({"index0", "index", "first", "previtem", "depth", "depth0"})
+
+
+def _int_expr(node: nodes.Node, sequences: frozenset[str]) -> bool:
+    """Whether ``node`` is integer arithmetic that cannot raise or print: int constants,
+    ``loop.index0`` / ``loop.index``, ``seq|length`` of a message sequence, ``+`` and ``-``."""
+    if isinstance(node, nodes.Const):
+        return type(node.value) is int
+    if isinstance(node, nodes.Getattr):
+        return (
+            isinstance(node.node, nodes.Name)
+            and node.node.name == "loop"
+            and node.attr in ("index0", "index")
+        )
+    if isinstance(node, (nodes.Add, nodes.Sub)):
+        return _int_expr(node.left, sequences) and _int_expr(node.right, sequences)
+    if isinstance(node, nodes.Filter) and not (node.kwargs or node.dyn_args or node.dyn_kwargs):
+        if node.name in LENGTH_FILTERS:
+            return not node.args and isinstance(node.node, nodes.Name) and node.node.name in sequences
+        if node.name in (ins.CHECKED_ADD, ins.CHECKED_ADDS):
+            return all(_int_expr(n, sequences) for n in [node.node, *node.args] if n is not None)
+    return False
+
+
+def _guard(loop: nodes.For, namespaces: frozenset[str], sequences: frozenset[str]) -> tuple[str, str] | None:
+    """``(ns, attr)`` when ``loop`` is a guarded scan: its body is the loop step, then local
+    integer ``set``s (``_int_expr``), then one ``if ns.attr and ...`` (or ``if ns.attr``)
+    with no else, and it reads ``loop`` only by position (``_SCAN_LOOP_ATTRS``). Once
+    ``ns.attr`` is false when an iteration starts, that iteration and every later one can
+    only take their loop step: the sets cannot raise, the test is false before anything
+    else in it runs, and nothing else in the body can make it true again."""
+    if loop.recursive or loop.test is not None or loop.else_ or len(loop.body) < 2:
+        return None
+    head, *sets, last = loop.body
+    if not (
+        isinstance(head, nodes.ExprStmt)
+        and isinstance(head.node, nodes.Filter)
+        and head.node.name == ins.TICK
+    ):
+        return None
+    for node in sets:
+        if not (
+            isinstance(node, nodes.Assign)
+            and isinstance(node.target, nodes.Name)
+            and node.target.name not in {"loop", *namespaces, *sequences}
+            and _int_expr(node.node, sequences)
+        ):
+            return None
+    if not (isinstance(last, nodes.If) and not last.elif_ and not last.else_):
+        return None
+    flag = last.test
+    while isinstance(flag, nodes.And):  # ``a and b and c`` is ``(a and b) and c``: ``a`` runs first
+        flag = flag.left
+    if not (
+        isinstance(flag, nodes.Getattr) and isinstance(flag.node, nodes.Name) and flag.node.name in namespaces
+    ):
+        return None
+    positional = {id(g.node) for g in loop.find_all(nodes.Getattr) if g.attr in _SCAN_LOOP_ATTRS}
+    if any(
+        n.name == "loop" and id(n) not in positional for body in loop.body for n in body.find_all(nodes.Name)
+    ):
+        return None
+    return flag.node.name, flag.attr
+
+
+def _rewrite_scans(
+    tree: nodes.Template, message_loop: nodes.For, namespaces: frozenset[str], sequences: frozenset[str]
+) -> tuple[str, ...]:
+    """Route every top-level guarded scan (``_guard``) through ``SCAN``, which stops it once
+    its guard is false and charges the steps it skipped; what was found."""
+    found: list[str] = []
+    for node in _top_level(tree.body):
+        if isinstance(node, nodes.For) and node is not message_loop:
+            guard = _guard(node, namespaces, sequences)
+            if guard is not None:
+                line = node.lineno
+                ns = nodes.Name(guard[0], "load", lineno=line)
+                node.iter = hook(SCAN, node.iter, [ns, const(guard[1], line)], line)  # type: ignore[arg-type]
+                found.append(f"{guard[0]}.{guard[1]} (line {line})")
+    return tuple(found)
+
+
 def plan(source: str, parse: object) -> Plan | str:
     """The rewritten, instrumented tree of ``source`` (``parse``: the sandbox's ``parse``),
     or why its message loop cannot run incrementally."""
@@ -147,6 +243,8 @@ def plan(source: str, parse: object) -> Plan | str:
     if loop is None or not isinstance(loop.target, nodes.Name):
         return "the template has no top-level loop that prints messages"
     target, line = loop.target.name, loop.lineno
+    if loop.recursive or loop.test is not None:
+        return f"the message loop is {'recursive' if loop.recursive else 'filtered'} (template line {line})"
     namespaces = _namespaces(original)
     sequences = _sequences(original) - namespaces
     rewrite = Rewrite(target, namespaces, sequences, _macros(tree))
@@ -156,13 +254,17 @@ def plan(source: str, parse: object) -> Plan | str:
         return str(exc)
     outer = tuple(n for n in rewrite.outer if n not in (target, *namespaces, *sequences))
     names = [target, *sorted(namespaces), *sorted(sequences), *outer]
-    enter_args: list[nodes.Expr] = [nodes.Name("loop", "load", lineno=line)]
-    enter_args += [nodes.Name(n, "load", lineno=line) for n in names]
-    enter = nodes.Output([hook(ENTER, const(0, line), enter_args, line)], lineno=line)
+    values: list[nodes.Expr] = [nodes.Name(n, "load", lineno=line) for n in names[1:]]
+    loop.iter = hook(ITER, loop.iter, values, line)  # type: ignore[arg-type]  # an expression
+    item = nodes.Name(target, "load", lineno=line)
+    enter = nodes.Output([hook(ENTER, const(0, line), [item], line)], lineno=line)
     leave = nodes.Output([hook(LEAVE, const(0, line), [], line)], lineno=line)
     miss = nodes.If(hook(MISS, const(0, line), [], line), [*rest, leave], [], [], lineno=line)
+    mark = loop.body[1].nodes[0]  # type: ignore[attr-defined]  # _is_mark: Output([Filter])
     loop.body = [*loop.body[:2], enter, miss]
-    return Plan(tree, target, tuple(sorted(namespaces)), tuple(sorted(sequences)), outer)
+    site = mark.args[0].value
+    scans = _rewrite_scans(tree, loop, namespaces, sequences)
+    return Plan(tree, target, tuple(sorted(namespaces)), tuple(sorted(sequences)), outer, site, scans)
 
 
 __all__ = ["Plan", "plan"]

@@ -17,15 +17,18 @@ from jinja2.visitor import NodeTransformer
 
 from boundary import instrumentation as ins
 
+SCAN = "bnd.i.scan"  # seq|hook(ns, 'attr'): a guarded scan's items, stopped once ns.attr is false
+ITER = "bnd.i.iter"  # seq|hook(values...): the message loop's items, runs of unchanged ones skipped
 ENTER = "bnd.i.enter"
 MISS = "bnd.i.miss"
 LEAVE = "bnd.i.leave"
-LOOP = "bnd.i.loop"  # value|hook('attr'): a read of loop.attr
+LOOP = "bnd.i.loop"  # 0|hook('attr'): a read of loop.attr, recorded
+LOOP_VALUE = "bnd.i.loopv"  # 0|hook('attr'): loop.attr, not recorded (a compared operand)
 NS = "bnd.i.ns"  # value|hook('ns', 'attr'): a read of ns.attr
 NS_WRITE = "bnd.i.nsw"  # value|hook('ns', 'attr'): the value written to ns.attr
 ITEM = "bnd.i.item"  # seq|hook('name', index): seq[index], read and recorded
 LENGTH = "bnd.i.len"  # seq|hook('name'): seq|length
-LOOP_ALL = "bnd.i.loopall"  # pass-through, recording the whole loop state (a probe's argument)
+LOOP_ALL = "bnd.i.loopall"  # 0|hook: the loop as a whole (a probe's argument), recorded
 NS_ALL = "bnd.i.nsall"
 SEQ_ALL = "bnd.i.seqall"
 COMPARE = "bnd.i.cmp"  # (a < b)|hook(spec): a comparison of loop / namespace reads, recorded by its outcome
@@ -130,7 +133,7 @@ class Rewrite(NodeTransformer):
             if owner.name == "loop" and not self.nested and self.scope.macro is None:
                 if node.attr not in LOOP_ATTRS:
                     raise self._unsafe(node, f"uses `loop.{node.attr}`")
-                return hook(LOOP, node, [const(node.attr, line)], line)
+                return hook(LOOP, const(0, line), [const(node.attr, line)], line)
             if owner.name in self.namespaces:
                 return hook(NS, node, [const(owner.name, line), const(node.attr, line)], line)
         return self.generic_visit(node)
@@ -167,8 +170,17 @@ class Rewrite(NodeTransformer):
         leaves = [self._leaf(node.expr), *(self._leaf(o.expr) for o in node.ops)]
         if all(leaf is not None for leaf in leaves) and all(o.op in COMPARE_OPS for o in node.ops):
             spec = (leaves[0], *((o.op, leaf) for o, leaf in zip(node.ops, leaves[1:], strict=True)))
+            node.expr = self._operand(node.expr)
+            for o in node.ops:
+                o.expr = self._operand(o.expr)
             return hook(COMPARE, node, [const(spec, node.lineno)], node.lineno)
         return self.generic_visit(node)
+
+    def _operand(self, node: nodes.Expr) -> nodes.Expr:
+        """A compared leaf: ``loop.<attr>`` read from the run (unrecorded), others as they are."""
+        if isinstance(node, nodes.Getattr) and isinstance(node.node, nodes.Name) and node.node.name == "loop":
+            return hook(LOOP_VALUE, const(0, node.lineno), [const(node.attr, node.lineno)], node.lineno)
+        return node
 
     def visit_Getitem(self, node: nodes.Getitem) -> nodes.Node:
         owner, line = node.node, node.lineno
@@ -202,7 +214,7 @@ class Rewrite(NodeTransformer):
         if isinstance(arg, nodes.Name) and self._shared(arg.name):
             line = arg.lineno
             if arg.name == "loop" and not self.nested and self.scope.macro is None:
-                return hook(LOOP_ALL, arg, [], line)
+                return hook(LOOP_ALL, const(0, line), [], line)
             if arg.name in self.namespaces:
                 return hook(NS_ALL, arg, [const(arg.name, line)], line)
             if arg.name in self.sequences:

@@ -14,12 +14,14 @@ state after it and the same counters charged.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any, Protocol
 
 import jinja2
+from jinja2.runtime import LoopContext
 from markupsafe import Markup
 
 from boundary import incremental_rewrite as ip
@@ -37,13 +39,40 @@ class Store(Protocol):
     entries: dict[tuple[Any, ...], list[Entry]]
     reused: int
     rendered: int
+    scan_skipped: int
 
     def outer_id(self, outer: tuple[Any, ...]) -> int: ...
 
 
 # -- hooks (filters the template cannot name; see ``boundary.incremental_plan``) -------------
-def _enter(_: int, loop: Any, item: Any, *values: Any) -> str:
-    return RUN.get().enter(loop, item, values)
+def _iter(seq: Any, *values: Any) -> Iterator[Any]:
+    return RUN.get().iterate(seq, values)
+
+
+@jinja2.pass_environment
+def _scan(env: jinja2.Environment, seq: Any, ns: Any, attr: str) -> Iterator[Any]:
+    """A guarded scan's items (``incremental_plan._guard``): yielded while ``ns.attr`` is true
+    when the next iteration would start; then the steps of the iterations left are charged,
+    as their loop steps would have been, and the loop ends."""
+    items = seq if type(seq) is list else list(seq)
+    for i, item in enumerate(items):
+        try:
+            stop = not env.getattr(ns, attr)
+        except Exception:  # the template's own test raises it, the same way
+            stop = False
+        if stop:
+            run = RUN.get()
+            run.store.scan_skipped += len(items) - i
+            d = run.deadline
+            d._steps += len(items) - i
+            if d._steps > d._max_steps:
+                d._ticked()
+            return
+        yield item
+
+
+def _enter(_: int, item: Any) -> str:
+    return RUN.get().enter(item)
 
 
 def _miss(_: int) -> bool:
@@ -54,11 +83,16 @@ def _leave(_: int) -> str:
     return RUN.get().leave()
 
 
-def _loop(value: Any, attr: str) -> Any:
+def _loop(_: int, attr: str) -> Any:
     run = RUN.get()
+    value = run.loop_attr(attr)
     if run.open is not None:
         run.record(("loop", attr), value)
     return value
+
+
+def _loop_value(_: int, attr: str) -> Any:
+    return RUN.get().loop_attr(attr)
 
 
 def _ns(value: Any, name: str, attr: str) -> Any:
@@ -95,11 +129,11 @@ def _length(seq: Any, name: str) -> int:
     return value
 
 
-def _loop_all(loop: Any) -> Any:
+def _loop_all(_: int) -> LoopContext:
     run = RUN.get()
     if run.open is not None:
         run.record_key(("loopall",))
-    return loop
+    return run.loop_context()
 
 
 def _ns_all(ns: Any, name: str) -> Any:
@@ -139,6 +173,7 @@ _OPERATORS = {
     "lteq": operator.le,
 }
 _FAILED = object()  # a comparison that raised: equal to no recorded outcome
+SKIPPED = object()  # the item the message loop yields for a run of replayed iterations
 
 
 # -- the per-session store and one render's run -----------------------------------------------
@@ -223,7 +258,8 @@ class Counted:
 
 
 class Run:
-    """One render's side of the hooks: the plan's values at the loop, the iteration open."""
+    """One render's side of the hooks: the plan's values at the loop, the loop's items and
+    position, the iteration open."""
 
     def __init__(
         self, store: Store, source: str, plan: Plan, recorder: Any, deadline: Deadline, out: Counted
@@ -236,7 +272,9 @@ class Run:
         self.missing = True
         self.outer: int | None = None
         self.disabled: str | None = None
-        self.loop: Any = None
+        self.items: list[Any] = []
+        self.index = 0  # the loop's position: the iteration running, or being checked for replay
+        self.skipped = ""  # the output of the run of replayed iterations the loop yields next
         self.ns: dict[str, Any] = {}
         self.seqs: dict[str, Any] = {}
         self.slots = 0  # iterations entered
@@ -261,19 +299,35 @@ class Run:
                 self.disabled = f"{name!r} has a value with no exact key when the message loop runs"
         self.outer = self.store.outer_id((self.source, *outer))
 
-    def enter(self, loop: Any, item: Any, values: tuple[Any, ...]) -> str:
-        if self.outer is None:
-            self._begin(values)
-        self.loop, self.missing = loop, True
-        self.slots += 1
-        store = self.store
-        store.rendered += 1
+    def iterate(self, seq: Any, values: tuple[Any, ...]) -> Iterator[Any]:
+        """What the message loop iterates: its items in order, except that a run of
+        iterations that can all be replayed is one ``SKIPPED`` item whose ``enter`` prints
+        their output."""
+        self.items = items = seq if type(seq) is list else list(seq)
+        self._begin(values)
+        return self._steps(items)
+
+    def _steps(self, items: list[Any]) -> Iterator[Any]:
+        i, n = 0, len(items)
+        while i < n:
+            self.index = i
+            k = self._replay_run(i) if self.disabled is None else 0
+            if k:
+                self.index = i + k - 1
+                self.deadline._steps -= 1  # the loop's own step for SKIPPED charges it again
+                yield SKIPPED
+                i += k
+            else:
+                yield items[i]
+                i += 1
+
+    def _key(self, item: Any) -> tuple[Any, ...] | None:
         item_key = self.keys.of(item)
-        if self.disabled is not None or item_key is None:
-            return ""
+        if item_key is None:
+            return None
         rec = self.recorder
         watch = rec._watch
-        key = (
+        return (
             item_key,
             self.outer,
             rec.decided,
@@ -281,38 +335,114 @@ class Run:
             rec.unknown,
             tuple(map(id, watch)) if watch else (),
         )
-        for entry in store.entries.get(key, ()):
-            if self._fits(entry) and self._verified(entry):
-                return self._replay(key, entry)
-        self.open = Open(key, self.out.size, self.deadline._steps, self.deadline._room)
+
+    def _replay_run(self, i: int) -> int:
+        """Replay iterations ``i, i+1, ...`` while each can be: its key holds an entry whose
+        cost (its loop step included) fits the limits and whose reads give the same values
+        now; the count. The replay is what rendering the iteration would leave: the
+        namespace writes, the recorder's state, the steps and sizes charged, the output (its
+        message mark and marks re-issued under this render's nonce) kept in ``skipped``."""
+        items, entries, d, rec = self.items, self.store.entries, self.deadline, self.recorder
+        of, value, outer, ns, used = self.keys.of, self.value, self.outer, self.ns, self.used
+        nonce, message, site = rec.nonce, rec.message, self.plan.site
+        printed: list[str] = []
+        j, n = i, len(items)
+        while j < n:  # one pass per iteration, inlined: this loop is a long session's hot path
+            self.index = j
+            item = items[j]
+            item_key = of(item)
+            if item_key is None:
+                break
+            watch = rec._watch
+            key = (
+                item_key,
+                outer,
+                rec.decided,
+                rec._pending,
+                rec.unknown,
+                tuple(map(id, watch)) if watch else (),
+            )
+            for entry in entries.get(key, ()):
+                if d._steps + 1 + entry.steps > d._max_steps or d._room < entry.built:
+                    continue
+                for desc, expected in entry.reads:
+                    if value(desc) != expected:
+                        break
+                else:
+                    d._steps += 1 + entry.steps
+                    d._room -= entry.built
+                    for name, attr, written in entry.writes:
+                        ns[name][attr] = written
+                    rec.decided, rec._pending, rec.unknown, watch = entry.recorder
+                    rec._watch = list(watch)
+                    used.append((key, entry))
+                    printed.append(message(site, item))
+                    printed.append(nonce.join(entry.parts))
+                    break
+            else:
+                break
+            j += 1
+        k = j - i
+        if k:
+            self.skipped = "".join(printed)
+            self.slots += k
+            self.store.reused += k
+            d.check_time()
+        return k
+
+    def enter(self, item: Any) -> str:
+        if item is SKIPPED:
+            self.missing = False
+            printed, self.skipped = self.skipped, ""
+            return printed
+        self.missing = True
+        self.slots += 1
+        self.store.rendered += 1
+        key = None if self.disabled is not None else self._key(item)
+        if key is not None:
+            self.open = Open(key, self.out.size, self.deadline._steps, self.deadline._room)
         return ""
 
-    def _verified(self, entry: Entry) -> bool:
-        value = self.value
-        for desc, expected in entry.reads:  # noqa: SIM110  (no generator per replayed iteration)
-            if value(desc) != expected:
-                return False
-        return True
+    def loop_attr(self, attr: str) -> Any:
+        """``loop.<attr>`` of the message loop at ``index``, as jinja2's ``LoopContext`` gives
+        it (``cycle`` and ``changed`` are refused by the plan)."""
+        i, items = self.index, self.items
+        n = len(items)
+        if attr == "index0":
+            return i
+        if attr == "index":
+            return i + 1
+        if attr == "first":
+            return i == 0
+        if attr == "last":
+            return i == n - 1
+        if attr == "length":
+            return n
+        if attr == "revindex":
+            return n - i
+        if attr == "revindex0":
+            return n - i - 1
+        if attr == "previtem":
+            return items[i - 1] if i else self.env.undefined("there is no previous item")
+        if attr == "nextitem":
+            return items[i + 1] if i < n - 1 else self.env.undefined("there is no next item")
+        if attr == "depth":
+            return 1
+        if attr == "depth0":
+            return 0
+        raise AttributeError(attr)  # pragma: no cover  (the plan hooks only LOOP_ATTRS)
 
-    def _fits(self, entry: Entry) -> bool:
-        d = self.deadline
-        return d._steps + entry.steps <= d._max_steps and d._room - entry.built >= 0
-
-    def _replay(self, key: tuple[Any, ...], entry: Entry) -> str:
-        d = self.deadline
-        d._steps += entry.steps
-        d._room -= entry.built
-        for name, attr, value in entry.writes:
-            self.ns[name][attr] = value
-        rec = self.recorder
-        rec.decided, rec._pending, rec.unknown, watch = entry.recorder
-        rec._watch = list(watch)
-        self.missing = False
-        self.store.rendered -= 1
-        self.store.reused += 1
-        self.used.append((key, entry))
-        nonce: str = self.recorder.nonce
-        return nonce.join(entry.parts)
+    def loop_context(self) -> LoopContext:
+        """A jinja2 ``LoopContext`` standing where the message loop stands (for a probe that
+        takes the loop as a whole)."""
+        i, items = self.index, self.items
+        context = LoopContext(islice(items, i + 1, None), self.env.undefined)
+        context.index0 = i
+        context._length = len(items)
+        context._current = items[i]
+        if i:
+            context._before = items[i - 1]
+        return context
 
     def leave(self) -> str:
         op, self.open = self.open, None
@@ -351,7 +481,7 @@ class Run:
         if kind == "const":
             return desc[1]
         if kind == "loop":
-            return getattr(self.loop, desc[1])
+            return self.loop_attr(desc[1])
         if kind == "ns":
             return self.env.getattr(self.ns[desc[1]], desc[2])
         return len(self.seqs[desc[1]])
@@ -374,7 +504,7 @@ class Run:
         if kind == "cmp":
             return self._outcome(desc[1])
         if kind == "loop":
-            return of(getattr(self.loop, desc[1]))
+            return of(self.loop_attr(desc[1]))
         if kind == "ns":
             return of(self.env.getattr(self.ns[desc[1]], desc[2]))
         if kind == "item":
@@ -382,18 +512,21 @@ class Run:
         if kind == "len":
             return of(len(self.seqs[desc[1]]))
         if kind == "loopall":
-            loop = self.loop
-            return (loop.index0, loop.length, loop.depth0, of(loop.previtem), of(loop.nextitem))
+            attr = self.loop_attr
+            return (self.index, len(self.items), of(attr("previtem")), of(attr("nextitem")))
         if kind == "nsall":
             return of(dict(object.__getattribute__(self.ns[desc[1]], "_Namespace__attrs")))
         return tuple(of(x) for x in self.seqs[desc[1]])  # seqall
 
 
 FILTERS: dict[str, Any] = {
+    ip.ITER: _iter,
+    ip.SCAN: _scan,
     ip.ENTER: _enter,
     ip.MISS: _miss,
     ip.LEAVE: _leave,
     ip.LOOP: _loop,
+    ip.LOOP_VALUE: _loop_value,
     ip.NS: _ns,
     ip.NS_WRITE: _ns_write,
     ip.ITEM: _item,
