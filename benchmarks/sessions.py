@@ -21,7 +21,10 @@ other people's load), the least of ``--repeat`` passes, each with fresh sessions
 - session, full: a ``Session(incremental=False)``: the template re-run over the whole
   history every turn, only the new text tokenized;
 - session, incremental: the default ``Session``: unchanged message-loop iterations replayed
-  (``boundary.incremental``).
+  (``boundary.incremental``);
+- new text alone (a floor, not a path): the tokenizer encoding only the text after what this
+  request shares with the previous one of its conversation, which any session must encode;
+  transformers over it bounds what a session can reach on the workload.
 
 Mismatches are counted, not raised: each session's text, ids, U_end and P_end against the
 cold render, and the cold render's ids against transformers'.
@@ -46,11 +49,12 @@ from typing import Any
 import boundary
 from boundary.datasets import tau_bench_airline
 from boundary.experiment.workloads import mt_bench
+from boundary.prefixes import common_prefix_length
 from boundary.sandbox import RenderLimits
 from boundary.session import Session
 
 clock = time.process_time
-PATHS = ("transformers", "cold", "session full", "session incremental")
+PATHS = ("transformers", "cold", "session full", "session incremental", "new text alone")
 BUCKETS = [(1, 4), (5, 9), (10, 19), (20, 39), (40, 10**9)]
 
 
@@ -77,6 +81,7 @@ def run(
     rows: list[tuple[int, list[float]]] = []
     mismatches = {"session incremental vs cold": 0, "session full vs cold": 0, "cold ids vs transformers": 0}
     sessions: dict[str, tuple[Session, Session]] = {}
+    previous = ""  # the text of the conversation's previous request
     reused = rendered = 0
     for name, request in _requests(workload, trajectories):
         if name not in sessions:
@@ -84,6 +89,7 @@ def run(
                 reused += incremental.stats.reused_iterations
                 rendered += incremental.stats.rendered_iterations
             sessions = {name: (Session(fam.renderer, incremental=False), Session(fam.renderer))}
+            previous = ""
         full, incremental = sessions[name]
         prepared, _ = fam.prepare(request)
         t0 = clock()
@@ -95,6 +101,11 @@ def run(
         t3 = clock()
         warm = incremental.render(request, **kwargs)
         t4 = clock()
+        new_text = cold.text[common_prefix_length(previous, cold.text) :]
+        t5 = clock()
+        fam.tokenizer.encode(new_text)
+        t6 = clock()
+        previous = cold.text
         same = (cold.text, cold.token_ids, cold.u_end, cold.p_end)
         mismatches["session incremental vs cold"] += (
             warm.text,
@@ -104,7 +115,7 @@ def run(
         ) != same
         mismatches["session full vs cold"] += (whole.text, whole.token_ids, whole.u_end, whole.p_end) != same
         mismatches["cold ids vs transformers"] += _ids(reference) != cold.token_ids
-        rows.append((len(request), [t1 - t0, t2 - t1, t3 - t2, t4 - t3]))
+        rows.append((len(request), [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5]))
     for _, incremental in sessions.values():
         reused += incremental.stats.reused_iterations
         rendered += incremental.stats.rendered_iterations
@@ -135,9 +146,9 @@ def report(workload: str, result: dict[str, Any]) -> None:
     print(
         "| messages | requests | "
         + " | ".join(PATHS)
-        + " | cold × | session full × | session incremental × |"
+        + " | cold × | session full × | session incremental × | bound × |"
     )
-    print("|---|---:|" + "---:|" * (len(PATHS) + 3))
+    print("|---|---:|" + "---:|" * (2 * len(PATHS) - 1))
     for lo, hi in [*BUCKETS, (1, 10**9)]:
         sel = [r[1] for r in rows if lo <= r[0] <= hi]
         if not sel:

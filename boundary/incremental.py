@@ -13,7 +13,9 @@ before the iteration wrote it, ``messages[i]``, ``messages|length``) with its va
 iteration is replayed only when the trace's reads give the same values now; the replay prints
 the body's output (its marks re-issued under this render's nonce), writes the namespace
 attributes the body wrote, restores the recorder's state and charges the render's counters
-what the body cost, so the text, marks, U_end and limits are those of a full render.
+what the body cost, so the text, marks, U_end and limits are those of a full render. A run
+of consecutive replayable iterations costs the Jinja loop one step (``Run.iterate``), and a
+guarded scan ends once its guard is false (``incremental_plan._guard``).
 Values are compared by exact content (``boundary.request.identity.content_key``: key order
 and types kept); a value with no such key (a cycler, a macro, a custom object) makes the
 iteration run in full. A template the plan refuses is rendered in full, and ``reason`` says

@@ -23,8 +23,12 @@ captures and other loops). Its body runs, per message, as a function of:
 
 Anything outside that (``messages`` or a namespace or ``loop`` used as a whole, macros with
 ``caller``, ``loop.cycle`` / ``loop.changed``, ``break`` / ``continue``, impure globals such
-as ``strftime_now``, nested loops over messages, ...) makes the plan a reason string: the
-session then renders in full and reports why.
+as ``strftime_now``, nested loops over messages, a filtered or recursive message loop, ...)
+makes the plan a reason string: the session then renders in full and reports why.
+
+The plan also names one fact outside the message loop: a *guarded scan* (``_guard``), the
+top-level ``{% for m in messages[::-1] %}{% if ns.multi_step_tool and ... %}`` that finds
+the last user query, can do nothing once its guard is false, so it is ended there.
 """
 
 from __future__ import annotations

@@ -5,10 +5,17 @@ Where it sits: inside the render stage, under ``boundary.incremental``, which se
 around each render and keeps the entries a ``Run`` records; the hooks are the filters named
 in ``boundary.incremental_plan``.
 
+The message loop iterates ``Run.iterate``: before each item it replays, in Python, the run
+of iterations from there that can be replayed, and yields them as one ``SKIPPED`` item
+whose ``enter`` prints their output; the loop's body never reads jinja2's ``LoopContext``
+(``loop.<attr>`` is ``Run.loop_attr``, jinja2's value at the run's position). A guarded
+scan (``incremental_plan._guard``) iterates ``_scan``, which ends it once its guard is false.
+
 Invariant: a replay is exactly what rendering the iteration would do, given that every read
 in its trace gives the recorded value (``Run.value`` re-evaluates each): the same output
 (marks re-issued under this render's nonce), the same namespace writes, the same recorder
-state after it and the same counters charged.
+state after it and the same counters charged, its loop step included; a skipped scan
+iteration is charged its loop step too.
 """
 
 from __future__ import annotations
