@@ -149,7 +149,7 @@ class Incremental:
         nonce, entries = run.recorder.nonce, self.entries
         self._generation += 1
         generation = self._generation
-        for key, _ in run.used:
+        for key in run.used:
             self._touched[key] = generation
         for op, end, entry in run.done:
             parts = tuple(raw[op.start : end].split(nonce))

@@ -181,6 +181,7 @@ _OPERATORS = {
 }
 _FAILED = object()  # a comparison that raised: equal to no recorded outcome
 SKIPPED = object()  # the item the message loop yields for a run of replayed iterations
+_TRUE, _FALSE = (bool, True), (bool, False)  # the keys of the two booleans
 
 
 # -- the per-session store and one render's run -----------------------------------------------
@@ -226,7 +227,9 @@ class Keys:
 
     def of(self, value: Any) -> Any:
         kind = type(value)
-        if kind is str or kind is int or kind is bool or value is None:
+        if kind is bool:
+            return _TRUE if value else _FALSE
+        if kind is str or kind is int or value is None:
             return (kind, value)
         if kind is dict or kind is list or kind is tuple:
             known = self._kept.get(id(value)) or self._memo.get(id(value))
@@ -286,7 +289,7 @@ class Run:
         self.seqs: dict[str, Any] = {}
         self.slots = 0  # iterations entered
         self.done: list[tuple[Open, int, Entry]] = []  # (iteration, where its output ends, entry)
-        self.used: list[tuple[tuple[Any, ...], Entry]] = []
+        self.used: list[tuple[Any, ...]] = []  # the keys of the iterations replayed
 
     def _begin(self, values: tuple[Any, ...]) -> None:
         plan = self.plan
@@ -382,7 +385,7 @@ class Run:
                         ns[name][attr] = written
                     rec.decided, rec._pending, rec.unknown, watch = entry.recorder
                     rec._watch = list(watch)
-                    used.append((key, entry))
+                    used.append(key)
                     printed.append(message(site, item))
                     printed.append(nonce.join(entry.parts))
                     break
@@ -499,11 +502,11 @@ class Run:
             for op, leaf in spec[1:]:
                 right = self.raw(leaf)
                 if not _OPERATORS[op](left, right):
-                    return (bool, False)
+                    return _FALSE
                 left = right
         except Exception:
             return _FAILED
-        return (bool, True)
+        return _TRUE
 
     def value(self, desc: tuple[Any, ...]) -> Any:
         """The key of what the read ``desc`` gives now (the trace's reads, re-evaluated)."""
