@@ -29,6 +29,11 @@ other people's load), the least of ``--repeat`` passes, each with fresh sessions
 Mismatches are counted, not raised: each session's text, ids, U_end and P_end against the
 cold render, and the cold render's ids against transformers'.
 
+The heap is frozen after the warm-up pass (``gc.freeze``, as vLLM's API server does after its
+start-up, ``vllm.utils.gc_utils.freeze_gc_heap``), so the collector's full passes over the
+start-up objects (torch, transformers, the tokenizers) land on no path; ``--no-gc-freeze``
+keeps them.
+
 Instruction counts: ``--only PATH`` runs one path alone over the requests, untimed, for
 ``valgrind --tool=callgrind``; ``--only none`` runs the same setup without rendering, so the
 difference of two totals is that path's instructions.
@@ -40,6 +45,7 @@ Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200] [--
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import time
@@ -188,6 +194,9 @@ def main() -> None:
         "--repeat", type=int, default=2, help="passes; each request's least time per path is kept"
     )
     ap.add_argument("--only", choices=["none", "cold", "full", "incremental"])
+    ap.add_argument(
+        "--no-gc-freeze", action="store_true", help="leave the start-up heap to the collector's full passes"
+    )
     args = ap.parse_args()
     kwargs = json.loads(args.template_kwargs)
     if args.only:  # under valgrind a render runs far past the default max_seconds
@@ -196,6 +205,9 @@ def main() -> None:
         warm_up = [{"role": "user", "content": "warm up"}]  # compile outside the difference
         fam.render(warm_up)
         Session(fam.renderer).render(warm_up)
+        if not args.no_gc_freeze:
+            gc.collect()
+            gc.freeze()
         for workload in args.workloads.split(","):
             print(workload, args.only, only(fam, args.only, workload, args.trajectories, kwargs), "requests")
         return
@@ -207,6 +219,9 @@ def main() -> None:
     )
     for workload in args.workloads.split(","):
         run(fam, hf, workload, 1, kwargs)  # warm-up: compile, caches
+        if not args.no_gc_freeze:
+            gc.collect()
+            gc.freeze()
         passes = [run(fam, hf, workload, args.trajectories, kwargs) for _ in range(args.repeat)]
         best = passes[0]
         for other in passes[1:]:
