@@ -6,9 +6,12 @@ probes, ``boundary.flag_flip`` evaluates each with the generation flag negated, 
 ``boundary.marks`` reads the marks the run leaves into positions.
 
 ``compile_template`` parses, instruments and compiles a template source (cached by source
-and limits). ``run_template`` runs it and returns the text exactly as transformers'
-``apply_chat_template`` would, together with character positions of the history end
-(U_end), message starts and ``{% generation %}`` spans, all from that one pass.
+and limits): a shipped template, byte for byte (``boundary.template_trust``), in a
+``TrustedSandbox`` that skips the per-call checks its AST proves cannot fire, any other in the
+fully checked ``Sandbox``; ``CompiledTemplate.trust`` says which. ``run_template`` runs it
+and returns the text exactly as transformers' ``apply_chat_template`` would, together with
+character positions of the history end (U_end), message starts and ``{% generation %}``
+spans, all from that one pass.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import jinja2
 import jinja2.meta
@@ -45,6 +48,18 @@ from boundary.sandbox import (
     fixed_clock,
 )
 from boundary.sandbox.limits import limited, release, tick
+from boundary.sandbox.trusted import TrustedSandbox, plain_attributes
+from boundary.template_trust import shipped_as
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """Whether a compiled template runs in a ``TrustedSandbox``, and what that skips."""
+
+    trusted: bool
+    shipped: str | None  # the shipped template file the source is, byte for byte
+    skipped: tuple[str, ...] = ()  # per-call checks skipped (``boundary.sandbox.trusted``)
+    names: frozenset[str] = frozenset()  # the attribute names they are skipped for
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +74,20 @@ class CompiledTemplate:
     generation_reason: str | None = None
     stateful: tuple[BranchState | None, ...] = ()  # per site: state its branches carry on
     silent: tuple[bool, ...] = ()  # per site: neither branch prints
+    shipped: str | None = None  # the shipped template file the source is, byte for byte
 
     @property
     def probes(self) -> int:
         return len(self.flipped)
+
+    @property
+    def trust(self) -> Trust:
+        """Read from the environment ``template`` runs in: a template recompiled elsewhere
+        (an incremental run's) is trusted only if that environment is a ``TrustedSandbox``."""
+        env = self.template.environment
+        if isinstance(env, TrustedSandbox):
+            return Trust(True, self.shipped, env.skipped_checks, env.plain_names)
+        return Trust(False, self.shipped)
 
 
 _RECORDER: ContextVar[_Recorder] = ContextVar("boundary_recorder")
@@ -95,9 +120,21 @@ def _generation(_: int, start: bool) -> str:
     return _RECORDER.get().generation(start)
 
 
+_Env = TypeVar("_Env", bound=Sandbox)
+
+
 @lru_cache(maxsize=4)
 def _sandbox(limits: RenderLimits) -> Sandbox:
-    env = Sandbox(limits)
+    return _with_callbacks(Sandbox(limits))
+
+
+@lru_cache(maxsize=32)
+def _trusted_sandbox(limits: RenderLimits, names: frozenset[str]) -> TrustedSandbox:
+    return _with_callbacks(TrustedSandbox(limits, names))
+
+
+def _with_callbacks(env: _Env) -> _Env:
+    """``env`` with the instrumentation's callbacks installed as filters."""
     env.filters.update(
         {
             ins.FLIP: _flip,
@@ -132,7 +169,8 @@ def _concat(env: Sandbox) -> Any:
 @lru_cache(maxsize=128)
 def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> CompiledTemplate:
     """Parse, instrument and compile ``source``. Cached: repeated renders compile once."""
-    env = _sandbox(limits)
+    env: Sandbox = _sandbox(limits)
+    shipped = shipped_as(source)
     try:
         tree = env.parse(source)
         for node in tree.find_all(
@@ -143,6 +181,8 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
                 location=f"template:{node.lineno}",
             )
         variables = frozenset(jinja2.meta.find_undeclared_variables(tree))
+        if shipped is not None:
+            env = _trusted_sandbox(limits, plain_attributes(tree))
         instrumented = ins.instrument(env.parse(source))  # a fresh tree: instrument() mutates it
         template = env.from_string(instrumented.tree)
         flipped = tuple(flipped_test(p.test, env) for p in instrumented.probes)
@@ -165,6 +205,7 @@ def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> Comp
         instrumented.generation_reason,
         stateful,
         silent,
+        shipped,
     )
 
 

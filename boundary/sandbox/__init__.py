@@ -53,8 +53,9 @@ The package, one concept a module: ``limits`` (``RenderLimits``, the ``Deadline`
 sizes), ``sizes`` (measuring without building), ``filter_estimates`` / ``text_estimates`` /
 ``call_estimates`` (what an operation would build), ``operators``, ``formatting`` (``%`` and
 ``str.format``), ``filters`` (the checked filters and output), ``template_globals`` (what
-transformers adds), ``base`` (what those parts may use of the sandbox) and ``environment`` (the
-``Sandbox`` itself).
+transformers adds), ``base`` (what those parts may use of the sandbox), ``environment`` (the
+``Sandbox`` itself) and ``trusted`` (``TrustedSandbox``: for shipped templates, the attribute
+checks their spelled-out names cannot fail skipped, everything above kept).
 """
 
 from boundary.sandbox.environment import Sandbox

@@ -95,6 +95,11 @@ class Sandbox(OperatorsMixin, FormattingMixin, CheckedFiltersMixin):
         # what calls of the globals build, by the callee (a function's code, for closures)
         self._call_estimates = CALL_ESTIMATES
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Sandbox:
+        # jinja2 gives every parsed node its environment: a copied node (the instrumentation
+        # keeps each probed test unrewritten) refers to this one, never to a copy of it.
+        return self
+
     # -- the checks ----------------------------------------------------------------------------
     def _too_big(self, what: str, size: int) -> RenderLimitExceeded:
         return RenderLimitExceeded(
