@@ -44,6 +44,7 @@ from boundary.request.validation import (
     ArgumentsForm,
     call_ids_of,
     parse_messages,
+    parse_messages_or_plain,
     parse_tools,
 )
 
@@ -161,10 +162,13 @@ class Session:
         while keep < limit and keys[keep] is not None and keys[keep] == self._keys[keep]:
             keep += 1
         tail = messages[keep:]
-        models = parse_messages(
-            tail, first_index=keep, call_ids=call_ids_of(self._normalized[:keep]), strict=strict
-        )
-        normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
+        call_ids = call_ids_of(self._normalized[:keep])
+        if target.family_conventions:
+            parsed = parse_messages_or_plain(tail, first_index=keep, call_ids=call_ids, strict=strict)
+            normalized = self.family.normalize_parsed(parsed, arguments, variant=variant, target=target)
+        else:
+            models = parse_messages(tail, first_index=keep, call_ids=call_ids, strict=strict)
+            normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
         self._normalized = self._normalized[:keep] + normalized
         self._keys = keys
         self.stats.revalidated_messages += len(tail)
