@@ -36,7 +36,9 @@ keeps them.
 
 Instruction counts: ``--only PATH`` runs one path alone over the requests, untimed, for
 ``valgrind --tool=callgrind``; ``--only none`` runs the same setup without rendering, so the
-difference of two totals is that path's instructions.
+difference of two totals is that path's instructions. The loop runs inside
+``functools.reduce``, so ``--collect-atstart=no --toggle-collect=functools_reduce`` counts it
+alone (the setup varies by tens of millions of instructions from run to run).
 
 Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200] [--workloads tau,prose]
        [--only none|cold|full|incremental]
@@ -45,6 +47,7 @@ Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200] [--
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import statistics
@@ -209,7 +212,12 @@ def main() -> None:
             gc.collect()
             gc.freeze()
         for workload in args.workloads.split(","):
-            print(workload, args.only, only(fam, args.only, workload, args.trajectories, kwargs), "requests")
+            # inside functools.reduce: ``--collect-atstart=no --toggle-collect=functools_reduce``
+            # counts the rendering loop alone, without the setup
+            count = functools.reduce(
+                lambda _, __: only(fam, args.only, workload, args.trajectories, kwargs), [0], 0
+            )
+            print(workload, args.only, count, "requests")
         return
     fam = boundary.load_family(args.family, variant=args.variant)
     hf = fam.tokenizer.to_transformers(fam.template(args.variant))

@@ -333,7 +333,9 @@ class SegmentEncoder:
         self._fallback = fallback
         self._added_lengths = {i: len(t.encode("utf-8")) for t, i in self._added.items()}
 
-    def encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], list[Cut]]:
+    def encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], list[int], list[int]]:
+        """``text``'s ids and its cuts as two parallel lists: the cuts' chars and their tokens
+        (a cut before and after every added token, in order)."""
         bpe = _tiktoken_encoding(self._rank_file, self._pattern_str)[0].encode_ordinary
         try:
             return self._encode(text, bpe, clock)
@@ -364,49 +366,53 @@ class SegmentEncoder:
 
     def _encode(
         self, text: str, bpe: Callable[[str], list[int]], clock: Clock | None
-    ) -> tuple[list[int], list[Cut]]:
+    ) -> tuple[list[int], list[int], list[int]]:
         normalize = self._normalize
+        added = self._added
         ids: list[int] = []
-        cuts: list[Cut] = []
+        chars: list[int] = []
+        tokens: list[int] = []
         pos = read_at = 0
         for match in self._pattern.finditer(text):
-            start = match.start()
+            start, end = match.span()
             if start > pos:
                 segment = text[pos:start]
                 ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
                 if clock is not None and start - read_at > _CHARS_PER_CLOCK:
                     clock.check_tokenizing()
                     read_at = start
-            cuts.append(Cut(CharOffset(start), TokenOffset(len(ids))))
-            ids.append(self._added[match.group()])
-            pos = match.end()
-            cuts.append(Cut(CharOffset(pos), TokenOffset(len(ids))))
+            at = len(ids)
+            ids.append(added[match.group()])
+            chars += (start, end)
+            tokens += (at, at + 1)
+            pos = end
         if pos < len(text):
             segment = text[pos:]
             ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
         if clock is not None:
             clock.check_tokenizing()
-        return ids, cuts
+        return ids, chars, tokens
 
 
 class CutTokenMap:
-    """A ``TokenMap`` from cuts. A position on a cut maps directly; any other position lies in
-    one plain segment between two cuts, whose map ``segment_map`` gives from its text and its
-    ids (``ids`` between the two cuts: segments are encoded independently)."""
+    """A ``TokenMap`` from cuts, given as two parallel lists (``chars[i]``, ``tokens[i]``: cut
+    ``i``). A position on a cut maps directly; any other position lies in one plain segment
+    between two cuts, whose map ``segment_map`` gives from its text and its ids (``ids``
+    between the two cuts: segments are encoded independently)."""
 
-    __slots__ = ("_chars", "_cuts", "_ids", "_n_chars", "_n_tokens", "_segment_map", "_text")
+    __slots__ = ("_chars", "_ids", "_n_chars", "_n_tokens", "_segment_map", "_text", "_tokens")
 
     def __init__(
         self,
         text: str,
-        cuts: list[Cut],
+        chars: Sequence[int],
+        tokens: Sequence[int],
         ids: Sequence[int],
         segment_map: Callable[[str, Sequence[int]], TokenMap],
-        chars: list[CharOffset] | None = None,  # ``[c.char for c in cuts]``, where known
     ) -> None:
         self._text = text
-        self._cuts = cuts
-        self._chars = [c.char for c in cuts] if chars is None else chars
+        self._chars = chars
+        self._tokens = tokens
         self._n_chars = len(text)
         self._ids = ids
         self._n_tokens = len(ids)
@@ -415,13 +421,14 @@ class CutTokenMap:
     def floor(self, char: CharOffset) -> tuple[TokenOffset, CharOffset]:
         if char >= self._n_chars:
             return TokenOffset(self._n_tokens), CharOffset(self._n_chars)
-        i = bisect_right(self._chars, char) - 1
-        start = self._cuts[i] if i >= 0 else Cut(CharOffset(0), TokenOffset(0))
-        if start.char == char:
-            return start.token, char
+        chars, tokens = self._chars, self._tokens
+        i = bisect_right(chars, char) - 1
+        start, start_token = (chars[i], tokens[i]) if i >= 0 else (0, 0)
+        if start == char:
+            return TokenOffset(start_token), char
         end, end_token = self._n_chars, self._n_tokens
-        if i + 1 < len(self._cuts):
-            end, end_token = self._cuts[i + 1].char, self._cuts[i + 1].token
-        segment_map = self._segment_map(self._text[start.char : end], self._ids[start.token : end_token])
-        token, at = segment_map.floor(CharOffset(char - start.char))
-        return TokenOffset(start.token + token), CharOffset(start.char + at)
+        if i + 1 < len(chars):
+            end, end_token = chars[i + 1], tokens[i + 1]
+        segment_map = self._segment_map(self._text[start:end], self._ids[start_token:end_token])
+        token, at = segment_map.floor(CharOffset(char - start))
+        return TokenOffset(start_token + token), CharOffset(start + at)

@@ -55,15 +55,18 @@ def read_marks(
     pieces = [chunks[0]]
     length = len(chunks[0])
     first_divergence: int | None = None
-    sites: dict[int, dict[int, int]] = {}
+    sites: dict[str, dict[str, int]] = {}  # "m<site>" -> "<index>" -> position, as written
     spans: list[Span] = []
     open_at: int | None = None
     for chunk in chunks[1:]:  # each: a mark's payload, CLOSE, then text up to the next mark
-        close = chunk.index(CLOSE)
-        kind = chunk[0]
+        payload, _, rest = chunk.partition(CLOSE)
+        kind = payload[:1]
         if kind == "m":
-            site, index = chunk[1:close].split(".")
-            sites.setdefault(int(site), {})[int(index)] = length
+            site, _, index = payload.partition(".")
+            if site in sites:
+                sites[site][index] = length
+            else:
+                sites[site] = {index: length}
         elif kind == "g":
             if first_divergence is None:
                 first_divergence = length
@@ -72,7 +75,6 @@ def read_marks(
         elif kind == "e" and open_at is not None:
             spans.append(Span(CharOffset(open_at), CharOffset(length)))
             open_at = None
-        rest = chunk[close + 1 :]
         pieces.append(rest)
         length += len(rest)
     text = "".join(pieces)
@@ -88,11 +90,13 @@ def read_marks(
     return TextRendering(text, input_end, reason, starts, tuple(spans), deadline)
 
 
-def _message_starts(sites: dict[int, dict[int, int]], n: int) -> tuple[CharOffset | None, ...]:
+def _message_starts(sites: dict[str, dict[str, int]], n: int) -> tuple[CharOffset | None, ...]:
     """Pick the loop that renders messages: the site whose marks spread over the most
-    distinct positions (a loop that only scans messages leaves them all at one place)."""
+    distinct positions (a loop that only scans messages leaves them all at one place), the
+    higher site number on a tie. ``sites`` holds the marks' own text: ``"m<site>"`` and
+    ``"<index>"`` as the recorder writes them (decimal, no sign or leading zero)."""
     if not sites:
         return (None,) * n
-    best = max(sites, key=lambda s: (len(set(sites[s].values())), s))
+    best = max(sites, key=lambda s: (len(set(sites[s].values())), int(s[1:])))
     chosen = sites[best]
-    return tuple(CharOffset(chosen[i]) if i in chosen else None for i in range(n))
+    return tuple(map(chosen.get, map(str, range(n))))  # type: ignore[arg-type]  # CharOffset is int

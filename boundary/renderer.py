@@ -42,6 +42,7 @@ from boundary.request.models import Message, Tool
 from boundary.request.validation import (
     ArgumentsForm,
     parse_messages,
+    parse_messages_or_plain,
     parse_tools,
     to_template_messages,
 )
@@ -146,11 +147,34 @@ class Renderer:
         check_arguments(arguments)
         resolved = resolve_target(target)
         variant = self.select_variant(variant, tools)
-        parsed = parse_messages(messages, strict=strict_request)
-        parsed_tools = parse_tools(tools, strict=strict_request)
+        if resolved.family_conventions:
+            parsed = parse_messages_or_plain(messages, strict=strict_request)
+            parsed_tools = parse_tools(tools, strict=strict_request)
+            normalized = self.normalize_parsed(parsed, arguments, variant=variant, target=resolved)
+        else:
+            models = parse_messages(messages, strict=strict_request)
+            parsed_tools = parse_tools(tools, strict=strict_request)
+            normalized = self.normalize(models, arguments, variant=variant, target=resolved, sent=messages)
         sent_tools = None if tools is None else [as_read(t) for t in tools]
-        normalized = self.normalize(parsed, arguments, variant=variant, target=resolved, sent=messages)
         return normalized, template_tools(resolved, parsed_tools, sent_tools)
+
+    def normalize_parsed(
+        self,
+        parsed: Sequence[Message | tuple[str, str]],
+        arguments: ArgumentsForm | None = None,
+        *,
+        variant: str | None = None,
+        target: RenderTarget,
+    ) -> list[dict[str, Any]]:
+        """``normalize`` for a target that follows the family's conventions (vLLM), given
+        ``parse_messages_or_plain``'s result: a plain message's dict is built directly (what
+        ``normalize`` makes of its model), the models go through ``normalize``."""
+        models = [m for m in parsed if not isinstance(m, tuple)]
+        normalized = self.normalize(models, arguments, variant=variant, target=target)
+        if len(models) == len(parsed):
+            return normalized
+        rest = iter(normalized)
+        return [{"role": m[0], "content": m[1]} if isinstance(m, tuple) else next(rest) for m in parsed]
 
     def normalize(
         self,

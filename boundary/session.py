@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from boundary.encoding import Clock, Cut, CutTokenMap
+from boundary.encoding import Clock, CutTokenMap
 from boundary.incremental import Incremental
-from boundary.offsets import CharOffset, TokenMap, TokenOffset
+from boundary.offsets import TokenMap
 from boundary.prefixes import common_prefix_length
 from boundary.render_target import RenderTarget, resolve_target, template_tools
 from boundary.renderer import Renderer, check_arguments
@@ -44,6 +44,7 @@ from boundary.request.validation import (
     ArgumentsForm,
     call_ids_of,
     parse_messages,
+    parse_messages_or_plain,
     parse_tools,
 )
 
@@ -85,8 +86,8 @@ class Session:
         self._tools: list[dict[str, Any]] | None = None
         self._text = ""
         self._ids: list[int] = []
-        self._cuts: list[Cut] = []
-        self._cut_chars: list[CharOffset] = []  # ``[c.char for c in self._cuts]``
+        self._cut_chars: list[int] = []  # the safe cuts of ``_ids``: their chars ...
+        self._cut_tokens: list[int] = []  # ... and their tokens
         self._incremental = Incremental(enabled=incremental)
 
     # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a
@@ -120,7 +121,7 @@ class Session:
         normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
         self._prepare_tools(tools, strict_request, resolved)
         if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
-            self._text, self._ids, self._cuts, self._cut_chars = "", [], [], []
+            self._text, self._ids, self._cut_chars, self._cut_tokens = "", [], [], []
         rendered = fam.render_with_encoder(
             normalized,
             self._tools,
@@ -161,10 +162,13 @@ class Session:
         while keep < limit and keys[keep] is not None and keys[keep] == self._keys[keep]:
             keep += 1
         tail = messages[keep:]
-        models = parse_messages(
-            tail, first_index=keep, call_ids=call_ids_of(self._normalized[:keep]), strict=strict
-        )
-        normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
+        call_ids = call_ids_of(self._normalized[:keep])
+        if target.family_conventions:
+            parsed = parse_messages_or_plain(tail, first_index=keep, call_ids=call_ids, strict=strict)
+            normalized = self.family.normalize_parsed(parsed, arguments, variant=variant, target=target)
+        else:
+            models = parse_messages(tail, first_index=keep, call_ids=call_ids, strict=strict)
+            normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
         self._normalized = self._normalized[:keep] + normalized
         self._keys = keys
         self.stats.revalidated_messages += len(tail)
@@ -186,23 +190,25 @@ class Session:
         tok = self.family.tokenizer
         shared = common_prefix_length(self._text, text)
         k = bisect_right(self._cut_chars, shared - tok.cut_rule.lookahead) - 1
-        start = self._cuts[k] if k >= 0 else Cut(CharOffset(0), TokenOffset(0))
-        suffix = tok.encode(text[start.char :], with_cuts=True, clock=clock)
-        ids = self._ids[: start.token] + suffix.ids
-        added = [
-            Cut(CharOffset(start.char + c.char), TokenOffset(start.token + c.token))
-            for c in suffix.cuts or ()
-            if c.char > 0
-        ]
-        cuts = self._cuts[: k + 1] + added
-        chars = self._cut_chars[: k + 1] + [c.char for c in added]
-        self._text, self._ids, self._cuts, self._cut_chars = text, ids, cuts, chars
+        start, start_token = (self._cut_chars[k], self._cut_tokens[k]) if k >= 0 else (0, 0)
+        suffix = tok.encode(text[start:], with_cuts=True, clock=clock)
+        ids = self._ids[:start_token] + suffix.ids
+        new_chars, new_tokens = suffix.cut_chars or [], suffix.cut_tokens or []
+        skip = bisect_right(new_chars, 0)  # cuts at the suffix's start: the kept cut, or none
+        if start:
+            new_chars = [start + c for c in new_chars[skip:]]
+            new_tokens = [start_token + t for t in new_tokens[skip:]]
+        elif skip:
+            new_chars, new_tokens = new_chars[skip:], new_tokens[skip:]
+        chars = self._cut_chars[: k + 1] + new_chars
+        tokens = self._cut_tokens[: k + 1] + new_tokens
+        self._text, self._ids, self._cut_chars, self._cut_tokens = text, ids, chars, tokens
         self.stats.requests += 1
-        self.stats.reused_tokens += start.token
+        self.stats.reused_tokens += start_token
         self.stats.encoded_tokens += len(suffix.ids)
-        if start.char == 0:
+        if start == 0:
             return ids, suffix.token_map
-        return ids, CutTokenMap(text, cuts, ids, tok.segment_map, chars)
+        return ids, CutTokenMap(text, chars, tokens, ids, tok.segment_map)
 
 
 class SessionCache:

@@ -51,7 +51,17 @@ class Encoded:
 
     ids: list[int]
     token_map: TokenMap
-    cuts: list[Cut] | None = None
+    cut_chars: list[int] | None = None  # the safe cuts, where listed: their chars ...
+    cut_tokens: list[int] | None = None  # ... and their tokens, in order
+
+    @property
+    def cuts(self) -> list[Cut] | None:
+        """The safe cuts as ``Cut``s (None when not listed)."""
+        if self.cut_chars is None or self.cut_tokens is None:
+            return None
+        return [
+            Cut(CharOffset(c), TokenOffset(t)) for c, t in zip(self.cut_chars, self.cut_tokens, strict=True)
+        ]
 
 
 class EncodingTokenMap:
@@ -131,16 +141,19 @@ class Tokenizer:
         (a render's deadline) is read between tiktoken segments, else before and after the
         one ``tokenizers`` call."""
         if self.segments is not None:
-            ids, cuts = self.segments.encode(text, clock)
-            return Encoded(ids, CutTokenMap(text, cuts, ids, self.segment_map), cuts)
+            ids, chars, tokens = self.segments.encode(text, clock)
+            return Encoded(ids, CutTokenMap(text, chars, tokens, ids, self.segment_map), chars, tokens)
         if clock is not None:
             clock.check_tokenizing()
         enc = self.backend.encode(text, add_special_tokens=False)
         if clock is not None:
             clock.check_tokenizing()
         ids = enc.ids
-        found = self.cut_rule.cuts(text, ids, enc.token_to_chars) if with_cuts else None
-        return Encoded(ids, EncodingTokenMap(enc, len(text)), found)
+        token_map = EncodingTokenMap(enc, len(text))
+        if not with_cuts:
+            return Encoded(ids, token_map)
+        found = self.cut_rule.cuts(text, ids, enc.token_to_chars)
+        return Encoded(ids, token_map, [c.char for c in found], [c.token for c in found])
 
     def segment_map(self, segment: str, ids: Sequence[int] | None = None) -> TokenMap:
         """The exact ``TokenMap`` of the text between two safe cuts: from ``ids`` (its encoding)

@@ -266,3 +266,66 @@ def test_strict_tools() -> None:
     with pytest.raises(boundary.RequestError) as info:
         parse_tools([tool], strict=True)
     assert info.value.location == "tools[0].function.title"
+
+
+_PLAIN_CASES = [
+    {"role": "user", "content": "hi"},
+    {"content": "", "role": "assistant"},
+    {"role": "system", "content": "caf\u00e9 \U0001f600"},
+    {"role": "developer", "content": "x"},  # vLLM adds ``tools``: not plain
+    {"role": "user", "content": "x", "name": "n"},
+    {"role": "assistant", "content": None},
+    {"role": "tool", "content": "x"},
+    {"role": "user", "content": [{"type": "text", "text": "x"}]},
+]
+
+
+@pytest.mark.parametrize("family_name", ["qwen3_5", "gpt_oss"])
+def test_plain_messages_normalize_as_their_models_do(family_name: str) -> None:
+    """A plain message skips the models; its dict is exactly what ``normalize`` makes of its
+    model, for every role, in a conversation mixing plain and other messages."""
+    from boundary.render_target import VLLM_0_33
+    from boundary.request.validation import parse_messages_or_plain, plain_message
+
+    fam = boundary.load_family(family_name).renderer
+    messages = [
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "tool_calls": [CALL]},
+        {"role": "tool", "content": "r", "tool_call_id": "call_1"},
+        *(m for m in _PLAIN_CASES if m["role"] != "tool"),
+    ]
+    assert [plain_message(m) is not None for m in _PLAIN_CASES] == [True] * 3 + [False] * 5
+    parsed = parse_messages_or_plain(messages)
+    assert sum(isinstance(p, tuple) for p in parsed) == 4
+    ours = fam.normalize_parsed(parsed, variant=None, target=VLLM_0_33)
+    theirs = fam.normalize(parse_messages(messages), target=VLLM_0_33)
+    assert ours == theirs
+    assert [list(m) for m in ours] == [list(m) for m in theirs]  # key order too
+
+
+@pytest.mark.parametrize(
+    ("messages", "location", "text"),
+    [
+        ([{"role": "user", "content": "a\ud800"}], "messages[0].content", "lone surrogate"),
+        (
+            [{"role": "user", "content": "a"}, {"role": "tool", "content": "r", "tool_call_id": "c9"}],
+            "messages[1].tool_call_id",
+            "does not answer",
+        ),
+        (
+            [{"role": "user", "content": "a"}, {"role": "user", "content": 3}],
+            "messages[1].content",
+            "got int",
+        ),
+    ],
+)
+def test_plain_messages_fail_as_parse_messages_fails(messages, location: str, text: str) -> None:
+    from boundary.request.validation import parse_messages_or_plain
+
+    errors = []
+    for parse in (parse_messages, parse_messages_or_plain):
+        with pytest.raises(boundary.RequestError) as exc:
+            parse(messages)
+        errors.append((exc.value.location, str(exc.value)))
+    assert errors[0] == errors[1]
+    assert errors[0][0] == location and text in errors[0][1]

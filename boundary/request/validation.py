@@ -171,6 +171,48 @@ def parse_messages(
     return parsed
 
 
+PLAIN_ROLES = frozenset({"system", "user", "assistant"})
+"""The roles of a plain message (``plain_message``)."""
+
+
+def plain_message(raw: object) -> tuple[str, str] | None:
+    """``(role, content)`` of a message validation cannot refuse once its limits hold, and
+    whose template dict for a serving frontend (``vllm_message`` of ``to_template_messages``)
+    is ``{"role": role, "content": content}``: an exact ``dict`` with exactly the keys
+    ``role`` (one of ``PLAIN_ROLES``) and ``content``, both exact ``str``. None for any
+    other message (it goes through the models)."""
+    if type(raw) is not dict or len(raw) != 2:
+        return None
+    role, content = raw.get("role"), raw.get("content")
+    if type(role) is not str or type(content) is not str or role not in PLAIN_ROLES:
+        return None
+    return role, content
+
+
+def parse_messages_or_plain(
+    messages: Sequence[Mapping[str, Any] | BaseModel],
+    *,
+    first_index: int = 0,
+    call_ids: set[str] | None = None,
+    strict: bool = False,
+) -> list[Message | tuple[str, str]]:
+    """``parse_messages`` with each plain message (``plain_message``) given as its
+    ``(role, content)`` instead of a model: the same checks, errors and order (a plain
+    message's request limits are checked where ``parse_messages`` checks them)."""
+    if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence) or not messages:
+        return list(parse_messages(messages, first_index=first_index, call_ids=call_ids, strict=strict))
+    call_ids = set() if call_ids is None else call_ids
+    parsed: list[Message | tuple[str, str]] = []
+    for i, raw in enumerate(messages, start=first_index):
+        plain = plain_message(raw)
+        if plain is None:
+            parsed += parse_messages([raw], first_index=i, call_ids=call_ids, strict=strict)
+        else:
+            check_message_limits(raw, f"messages[{i}]")  # type: ignore[arg-type]  # a dict
+            parsed.append(plain)
+    return parsed
+
+
 def parse_tools(
     tools: Sequence[Mapping[str, Any] | BaseModel] | None, *, strict: bool = False
 ) -> list[Tool] | None:
