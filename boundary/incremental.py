@@ -37,6 +37,7 @@ from boundary import template_run as tr
 from boundary.incremental_run import FILTERS, RUN, Counted, Entry, Keys, Run
 from boundary.marks import TextRendering, read_marks
 from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox
+from boundary.sandbox.trusted import TrustedSandbox
 
 _MAX_OUTER = 64  # distinct outer keys remembered per session
 _OFF = "incremental runs are turned off for this session"
@@ -50,9 +51,12 @@ class IncrementalTemplate:
     plan: ip.Plan
 
 
-@lru_cache(maxsize=4)
-def _environment(limits: RenderLimits) -> Sandbox:
-    env = Sandbox(limits)
+@lru_cache(maxsize=32)
+def _environment(limits: RenderLimits, trusted: frozenset[str] | None) -> Sandbox:
+    """The environment a rewritten template runs in: a ``TrustedSandbox`` over ``trusted``
+    (the plain attribute names of a shipped template, ``CompiledTemplate.trust``), else the
+    fully checked ``Sandbox``; with the instrumentation's and the plan's hooks."""
+    env = Sandbox(limits) if trusted is None else TrustedSandbox(limits, trusted)
     env.filters.update(tr._sandbox(limits).filters)
     env.filters.update(FILTERS)
     return env
@@ -63,7 +67,8 @@ def compile_incremental(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> I
     """``source`` compiled with the plan's hooks, or why its loop cannot run incrementally.
     Load errors are ``compile_template``'s."""
     compiled = tr.compile_template(source, limits)
-    env = _environment(limits)
+    trust = compiled.trust
+    env = _environment(limits, trust.names if trust.trusted else None)
     try:
         plan = ip.plan(source, env.parse)
         if isinstance(plan, str):

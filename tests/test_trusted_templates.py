@@ -26,6 +26,7 @@ from markupsafe import Markup
 import boundary
 from boundary import template_run
 from boundary.datasets import bfcl_multi_turn, mt_bench_questions, tau_bench_airline, tau_bench_airline_tools
+from boundary.incremental import IncrementalTemplate, compile_incremental
 from boundary.registry import family_names, family_spec, shipped_templates
 from boundary.resources import data_dir
 from boundary.sandbox import RenderLimits, Sandbox
@@ -87,6 +88,18 @@ def test_a_shipped_template_changed_by_one_byte_is_not_trusted(edit: str) -> Non
     assert shipped_as(changed) is None
     assert compiled.trust == template_run.Trust(False, None)
     assert type(compiled.template.environment) is Sandbox
+
+
+def test_a_session_runs_a_shipped_template_trusted_and_a_changed_one_fully_checked() -> None:
+    """The incremental run (a session's) compiles its rewritten template in the same kind of
+    environment as the cold render: trusted only for the shipped bytes."""
+    source = shipped_templates("qwen3_5")["think"]
+    for text, trusted in [(source, True), (source + "\n", False)]:
+        compiled = compile_incremental(text)
+        assert isinstance(compiled, IncrementalTemplate)
+        assert compiled.compiled.trust.trusted is trusted
+        assert compiled.compiled.trust == compile_template(text).trust
+        assert (type(compiled.compiled.template.environment) is TrustedSandbox) is trusted
 
 
 def test_trust_is_decided_by_the_recorded_sha256_not_by_the_file_alone(tmp_path: Path) -> None:
