@@ -38,10 +38,13 @@ Instruction counts: ``--only PATH`` runs one path alone over the requests, untim
 ``valgrind --tool=callgrind``; ``--only none`` runs the same setup without rendering, so the
 difference of two totals is that path's instructions. The loop runs inside
 ``functools.reduce``, so ``--collect-atstart=no --toggle-collect=functools_reduce`` counts it
-alone (the setup varies by tens of millions of instructions from run to run).
+alone (the setup varies by tens of millions of instructions from run to run). With
+``--messages LO-HI`` every request still runs, in order, but only those of LO-HI messages
+run inside ``functools.reduce``: the count of one length bucket, e.g. a session request at
+30–40 messages against one at 5–9.
 
 Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200] [--workloads tau,prose]
-       [--only none|cold|full|incremental]
+       [--only none|cold|full|incremental [--messages LO-HI]]
 """
 
 from __future__ import annotations
@@ -131,18 +134,42 @@ def run(
     return {"rows": rows, "mismatches": mismatches, "reused": reused, "rendered": rendered}
 
 
-def only(fam: boundary.Family, path: str, workload: str, trajectories: int, kwargs: dict[str, Any]) -> int:
-    """Render every request down ``path`` alone (``none``: nothing); the number of requests."""
+def only(
+    fam: boundary.Family,
+    path: str,
+    workload: str,
+    trajectories: int,
+    kwargs: dict[str, Any],
+    messages: tuple[int, int] | None = None,
+) -> int:
+    """Render every request down ``path`` alone (``none``: nothing); the number of requests
+    counted. With ``messages`` (a range of request lengths) every request is still rendered,
+    in order, but only those in the range inside ``functools.reduce``, so that
+    ``--toggle-collect=functools_reduce`` counts them alone."""
     requests = list(_requests(workload, trajectories))
     sessions: dict[str, Session] = {}
+    counted = 0
     for name, request in requests:
-        if path == "cold":
-            fam.render(request, **kwargs)
-        elif path in ("full", "incremental"):
-            if name not in sessions:
-                sessions = {name: Session(fam.renderer, incremental=path == "incremental")}
-            sessions[name].render(request, **kwargs)
-    return len(requests)
+        if path in ("full", "incremental") and name not in sessions:
+            sessions = {name: Session(fam.renderer, incremental=path == "incremental")}
+
+        session = sessions.get(name)
+
+        def render(request: list[dict[str, Any]] = request, session: Session | None = session) -> None:
+            if path == "cold":
+                fam.render(request, **kwargs)
+            elif session is not None:
+                session.render(request, **kwargs)
+
+        if messages is None:
+            render()
+            counted += 1
+        elif messages[0] <= len(request) <= messages[1]:
+            functools.reduce(lambda _, __: render(), [0], 0)
+            counted += 1
+        else:
+            render()
+    return counted
 
 
 def _ms(xs: list[float]) -> str:
@@ -198,6 +225,9 @@ def main() -> None:
     )
     ap.add_argument("--only", choices=["none", "cold", "full", "incremental"])
     ap.add_argument(
+        "--messages", help="with --only: count only requests of LO-HI messages (e.g. 30-40); all still run"
+    )
+    ap.add_argument(
         "--no-gc-freeze", action="store_true", help="leave the start-up heap to the collector's full passes"
     )
     args = ap.parse_args()
@@ -211,12 +241,16 @@ def main() -> None:
         if not args.no_gc_freeze:
             gc.collect()
             gc.freeze()
+        bucket = tuple(int(x) for x in args.messages.split("-")) if args.messages else None
         for workload in args.workloads.split(","):
-            # inside functools.reduce: ``--collect-atstart=no --toggle-collect=functools_reduce``
-            # counts the rendering loop alone, without the setup
-            count = functools.reduce(
-                lambda _, __: only(fam, args.only, workload, args.trajectories, kwargs), [0], 0
-            )
+            if bucket is None:
+                # inside functools.reduce: ``--collect-atstart=no --toggle-collect=functools_reduce``
+                # counts the rendering loop alone, without the setup
+                count = functools.reduce(
+                    lambda _, __: only(fam, args.only, workload, args.trajectories, kwargs), [0], 0
+                )
+            else:
+                count = only(fam, args.only, workload, args.trajectories, kwargs, (bucket[0], bucket[1]))
             print(workload, args.only, count, "requests")
         return
     fam = boundary.load_family(args.family, variant=args.variant)
