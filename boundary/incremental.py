@@ -34,7 +34,8 @@ import jinja2
 
 from boundary import incremental_plan as ip
 from boundary import template_run as tr
-from boundary.incremental_run import FILTERS, RUN, Counted, Entry, Keys, Run
+from boundary.incremental_hooks import FILTERS, RUN
+from boundary.incremental_run import Counted, Entry, Keys, Run
 from boundary.marks import TextRendering, read_marks
 from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox
 from boundary.sandbox.trusted import TrustedSandbox

@@ -1,15 +1,16 @@
-"""One render's side of an incremental template run: the hooks the rewritten template calls,
-the trace of the iteration being rendered, and the replay of one that is unchanged.
+"""One render's side of an incremental template run: the loop's items and position, the
+trace of the iteration being rendered, and the replay of those that are unchanged.
 
-Where it sits: inside the render stage, under ``boundary.incremental``, which sets ``RUN``
-around each render and keeps the entries a ``Run`` records; the hooks are the filters named
-in ``boundary.incremental_plan``.
+Where it sits: inside the render stage, under ``boundary.incremental``, which keeps the
+entries a ``Run`` records; the hooks of the rewritten template (``boundary.incremental_hooks``)
+call the ``Run`` of the render in progress.
 
 The message loop iterates ``Run.iterate``: before each item it replays, in Python, the run
 of iterations from there that can be replayed, and yields them as one ``SKIPPED`` item
 whose ``enter`` prints their output; the loop's body never reads jinja2's ``LoopContext``
 (``loop.<attr>`` is ``Run.loop_attr``, jinja2's value at the run's position). A guarded
-scan (``incremental_plan._guard``) iterates ``_scan``, which ends it once its guard is false.
+scan (``incremental_plan._guard``) iterates ``incremental_hooks._scan``, which ends it once
+its guard is false.
 
 Invariant: a replay is exactly what rendering the iteration would do, given that every read
 in its trace gives the recorded value (``Run.value`` re-evaluates each): the same output
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Iterator, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from itertools import islice
 from typing import Any, Protocol
@@ -31,12 +31,9 @@ import jinja2
 from jinja2.runtime import LoopContext
 from markupsafe import Markup
 
-from boundary import incremental_rewrite as ip
 from boundary.incremental_plan import Plan
 from boundary.request.identity import content_key
 from boundary.sandbox import Deadline
-
-RUN: ContextVar[Run] = ContextVar("boundary_incremental_run")
 
 
 class Store(Protocol):
@@ -49,126 +46,6 @@ class Store(Protocol):
     scan_skipped: int
 
     def outer_id(self, outer: tuple[Any, ...]) -> int: ...
-
-
-# -- hooks (filters the template cannot name; see ``boundary.incremental_plan``) -------------
-def _iter(seq: Any, *values: Any) -> Iterator[Any]:
-    return RUN.get().iterate(seq, values)
-
-
-@jinja2.pass_environment
-def _scan(env: jinja2.Environment, seq: Any, ns: Any, attr: str) -> Iterator[Any]:
-    """A guarded scan's items (``incremental_plan._guard``): yielded while ``ns.attr`` is true
-    when the next iteration would start; then the steps of the iterations left are charged,
-    as their loop steps would have been, and the loop ends."""
-    items = seq if type(seq) is list else list(seq)
-    for i, item in enumerate(items):
-        try:
-            stop = not env.getattr(ns, attr)
-        except Exception:  # the template's own test raises it, the same way
-            stop = False
-        if stop:
-            run = RUN.get()
-            run.store.scan_skipped += len(items) - i
-            d = run.deadline
-            d._steps += len(items) - i
-            if d._steps > d._max_steps:
-                d._ticked()
-            return
-        yield item
-
-
-def _enter(_: int, item: Any) -> str:
-    return RUN.get().enter(item)
-
-
-def _miss(_: int) -> bool:
-    return RUN.get().missing
-
-
-def _leave(_: int) -> str:
-    return RUN.get().leave()
-
-
-def _loop(_: int, attr: str) -> Any:
-    run = RUN.get()
-    value = run.loop_attr(attr)
-    if run.open is not None:
-        run.record(("loop", attr), value)
-    return value
-
-
-def _loop_value(_: int, attr: str) -> Any:
-    return RUN.get().loop_attr(attr)
-
-
-def _ns(value: Any, name: str, attr: str) -> Any:
-    run = RUN.get()
-    if run.open is not None and (name, attr) not in run.open.written:
-        run.record(("ns", name, attr), value)
-    return value
-
-
-def _ns_write(value: Any, name: str, attr: str) -> Any:
-    run = RUN.get()
-    if run.open is not None:
-        run.open.written[name, attr] = None
-    return value
-
-
-@jinja2.pass_environment
-def _item(env: jinja2.Environment, seq: Any, name: str, index: Any) -> Any:
-    value = env.getitem(seq, index)
-    run = RUN.get()
-    if run.open is not None:
-        if type(index) in (int, str):
-            run.record(("item", name, index), value)
-        else:
-            run.open.cacheable = False
-    return value
-
-
-def _length(seq: Any, name: str) -> int:
-    value = len(seq)
-    run = RUN.get()
-    if run.open is not None:
-        run.record(("len", name), value)
-    return value
-
-
-def _loop_all(_: int) -> LoopContext:
-    run = RUN.get()
-    if run.open is not None:
-        run.record_key(("loopall",))
-    return run.loop_context()
-
-
-def _ns_all(ns: Any, name: str) -> Any:
-    run = RUN.get()
-    if run.open is not None:
-        run.record_key(("nsall", name))
-    return ns
-
-
-def _seq_all(seq: Any, name: str) -> Any:
-    run = RUN.get()
-    if run.open is not None:
-        run.record_key(("seqall", name))
-    return seq
-
-
-def _compare(result: Any, spec: tuple[Any, ...]) -> Any:
-    run = RUN.get()
-    op = run.open
-    if op is not None:
-        leaves = [spec[0], *(leaf for _, leaf in spec[1:])]
-        if any(leaf[0] == "ns" and (leaf[1], leaf[2]) in op.written for leaf in leaves):
-            for leaf in leaves:  # the outcome rests on a value this iteration wrote: the rest, one by one
-                if leaf[0] != "const" and not (leaf[0] == "ns" and (leaf[1], leaf[2]) in op.written):
-                    run.record(leaf, run.raw(leaf))
-        else:
-            run.record(("cmp", spec), result)
-    return result
 
 
 _OPERATORS = {
@@ -527,22 +404,3 @@ class Run:
         if kind == "nsall":
             return of(dict(object.__getattribute__(self.ns[desc[1]], "_Namespace__attrs")))
         return tuple(of(x) for x in self.seqs[desc[1]])  # seqall
-
-
-FILTERS: dict[str, Any] = {
-    ip.ITER: _iter,
-    ip.SCAN: _scan,
-    ip.ENTER: _enter,
-    ip.MISS: _miss,
-    ip.LEAVE: _leave,
-    ip.LOOP: _loop,
-    ip.LOOP_VALUE: _loop_value,
-    ip.NS: _ns,
-    ip.NS_WRITE: _ns_write,
-    ip.ITEM: _item,
-    ip.LENGTH: _length,
-    ip.LOOP_ALL: _loop_all,
-    ip.NS_ALL: _ns_all,
-    ip.SEQ_ALL: _seq_all,
-    ip.COMPARE: _compare,
-}
