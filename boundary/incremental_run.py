@@ -209,6 +209,8 @@ class Run:
                 i += 1
 
     def _key(self, item: Any) -> tuple[Any, ...] | None:
+        """The store key of an iteration over ``item`` in the recorder's present state (None: no
+        exact key); ``_replay_run`` builds the same key inline."""
         item_key = self.keys.of(item)
         if item_key is None:
             return None

@@ -107,6 +107,8 @@ class TrustedSandbox(Sandbox):
                 return self.undefined(obj=obj, name=attribute)
         if attribute not in self.plain_names or kind in OPAQUE_TYPES:
             return super().getattr(obj, attribute)
+        # From here, Sandbox.getattr's lookup (kept inline: the hottest call of a render) without
+        # the verdict, which cannot refuse a plain name on these types.
         try:
             value = getattr(obj, attribute)
         except AttributeError:
