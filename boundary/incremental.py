@@ -34,6 +34,7 @@ import jinja2
 
 from boundary import incremental_plan as ip
 from boundary import template_run as tr
+from boundary.incremental_chain import Chain
 from boundary.incremental_hooks import FILTERS, RUN
 from boundary.incremental_run import Counted, Entry, Keys, Run
 from boundary.marks import TextRendering, read_marks
@@ -89,6 +90,7 @@ class Incremental:
         self.enabled = enabled
         self.keys = Keys()
         self.entries: dict[tuple[Any, ...], list[Entry]] = {}
+        self.chain: Chain | None = None  # the last render's loop head (``incremental_chain``)
         self._touched: dict[tuple[Any, ...], int] = {}  # key -> the last render that used it
         self._generation = 0
         self._outer: dict[tuple[Any, ...], int] = {}
@@ -96,12 +98,13 @@ class Incremental:
         self.reused = 0  # iterations replayed, over all renders
         self.rendered = 0  # iterations rendered
         self.scan_skipped = 0  # iterations of guarded scans skipped (``incremental_plan._guard``)
+        self.chained = 0  # of the iterations replayed, those replayed as the head's chain
 
     def outer_id(self, outer: tuple[Any, ...]) -> int:
         if outer not in self._outer:
             if len(self._outer) >= _MAX_OUTER:
                 self._outer.clear()
-                self.entries, self._touched = {}, {}
+                self.entries, self._touched, self.chain = {}, {}, None
             self._outer[outer] = len(self._outer)
         return self._outer[outer]
 
@@ -150,20 +153,47 @@ class Incremental:
         return read_marks(raw, recorder.nonce, len(messages), withdrawn=withdrawn, deadline=deadline)
 
     def _keep(self, run: Run, raw: str) -> None:
-        """Keep what this render used or rendered; forget what the last two renders did not
-        touch once the store outgrows the conversation."""
-        nonce, entries = run.recorder.nonce, self.entries
+        """Keep what this render used or rendered, and its loop's head as the next chain;
+        forget what the last two renders did not touch once the store outgrows the
+        conversation."""
+        nonce, entries, touched = run.recorder.nonce, self.entries, self._touched
         self._generation += 1
         generation = self._generation
-        for key in run.used:
-            self._touched[key] = generation
-        for op, end, entry in run.done:
-            parts = tuple(raw[op.start : end].split(nonce))
+        touched.update(dict.fromkeys(run.used, generation))
+        trail = run.trail_entries
+        for op, end, entry, index in run.done:
+            trail[index] = entry = Entry(
+                entry.reads,
+                entry.writes,
+                entry.recorder,
+                entry.steps,
+                entry.built,
+                tuple(raw[op.start : end].split(nonce)),
+                entry.edge,
+                entry.volatile,
+                entry.namespace_reads,
+            )
             kept = entries.setdefault(op.key, [])
-            kept.insert(0, replace(entry, parts=parts))
+            kept.insert(0, entry)
             del kept[4:]
-            self._touched[op.key] = generation
+            touched[op.key] = generation
+        self.chain = None
+        if run.loops == 1 and run.disabled is None and run.outer is not None:
+            keys = run.trail_keys
+            try:
+                head = keys.index(None)
+            except ValueError:
+                head = len(keys)
+            self.chain = Chain(
+                run.source,
+                run.outer,
+                run.start,
+                run.start_namespace,
+                run.items[:head],
+                keys[:head],  # type: ignore[arg-type]  # no None before ``head``
+                trail[:head],
+            )
         if len(entries) > 2 * run.slots + 16:
-            for key in [k for k, g in self._touched.items() if g < generation - 1]:
-                del self._touched[key]
+            for key in [k for k, g in touched.items() if g < generation - 1]:
+                del touched[key]
                 entries.pop(key, None)

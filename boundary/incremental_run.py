@@ -31,8 +31,9 @@ import jinja2
 from jinja2.runtime import LoopContext
 from markupsafe import Markup
 
+from boundary.incremental_chain import Chain, NamespaceRead, Read, replay_chain, split_reads
 from boundary.incremental_plan import Plan
-from boundary.request.identity import content_key
+from boundary.request.identity import ContentKeyer
 from boundary.sandbox import Deadline
 
 
@@ -41,9 +42,11 @@ class Store(Protocol):
 
     keys: Keys
     entries: dict[tuple[Any, ...], list[Entry]]
+    chain: Chain | None
     reused: int
     rendered: int
     scan_skipped: int
+    chained: int
 
     def outer_id(self, outer: tuple[Any, ...]) -> int: ...
 
@@ -72,6 +75,10 @@ class Entry:
     steps: int
     built: int
     parts: tuple[str, ...]  # its raw output, split where marks carried the nonce
+    # the reads a chain replay checks (``incremental_chain.split_reads``)
+    edge: tuple[Read, ...] = ()
+    volatile: tuple[Read, ...] = ()
+    namespace_reads: tuple[NamespaceRead, ...] = ()
 
 
 @dataclass(slots=True)
@@ -96,11 +103,16 @@ class Keys:
     def __init__(self) -> None:
         self._kept: dict[int, tuple[Any, Any]] = {}
         self._memo: dict[int, tuple[Any, Any]] = {}
+        self._key = ContentKeyer().key
 
     def start(self, keep: Sequence[Any]) -> None:
-        pool = {**self._kept, **self._memo}
-        self._kept = {id(o): pool[id(o)] for o in keep if id(o) in pool and pool[id(o)][0] is o}
-        self._memo = {}
+        kept, memo = self._kept, self._memo
+        if memo:
+            ids = set(map(id, keep))
+            kept.update({i: known for i, known in memo.items() if i in ids})
+            self._memo = {}
+        if len(kept) > 2 * len(keep) + 16:  # objects the session no longer keeps
+            self._kept = {id(o): kept[id(o)] for o in keep if id(o) in kept and kept[id(o)][0] is o}
 
     def of(self, value: Any) -> Any:
         kind = type(value)
@@ -112,11 +124,11 @@ class Keys:
             known = self._kept.get(id(value)) or self._memo.get(id(value))
             if known is not None and known[0] is value:
                 return known[1]
-            key = content_key(value)
+            key = self._key(value)
             self._memo[id(value)] = (value, key)
             return key
         if kind is float:
-            return content_key(value)
+            return self._key(value)
         if isinstance(value, jinja2.Undefined):
             return (kind, value._undefined_name, value._undefined_hint)
         if kind is Markup:
@@ -165,8 +177,14 @@ class Run:
         self.ns: dict[str, Any] = {}
         self.seqs: dict[str, Any] = {}
         self.slots = 0  # iterations entered
-        self.done: list[tuple[Open, int, Entry]] = []  # (iteration, where its output ends, entry)
+        self.done: list[tuple[Open, int, Entry, int]] = []  # (iteration, output end, entry, index)
         self.used: list[tuple[Any, ...]] = []  # the keys of the iterations replayed
+        self.loops = 0  # times the message loop started
+        self.start: tuple[Any, ...] = ()  # the recorder's state when it started
+        self.start_namespace: dict[tuple[str, str], Any] = {}  # namespace keys when it started
+        # per iteration, in order: its store key and entry (None: it left none)
+        self.trail_keys: list[tuple[Any, ...] | None] = []
+        self.trail_entries: list[Entry | None] = []
 
     def _begin(self, values: tuple[Any, ...]) -> None:
         plan = self.plan
@@ -185,6 +203,20 @@ class Run:
             if key is None:
                 self.disabled = f"{name!r} has a value with no exact key when the message loop runs"
         self.outer = self.store.outer_id((self.source, *outer))
+        self.loops += 1
+        self.start = self._recorder_state()
+        of = self.keys.of
+        self.start_namespace = {
+            (name, attr): of(value)
+            for name, ns in self.ns.items()
+            if isinstance(ns, jinja2.utils.Namespace)
+            for attr, value in object.__getattribute__(ns, "_Namespace__attrs").items()
+        }
+
+    def _recorder_state(self) -> tuple[Any, ...]:
+        rec = self.recorder
+        watch = rec._watch
+        return (rec.decided, rec._pending, rec.unknown, tuple(map(id, watch)) if watch else ())
 
     def iterate(self, seq: Any, values: tuple[Any, ...]) -> Iterator[Any]:
         """What the message loop iterates: its items in order, except that a run of
@@ -198,7 +230,17 @@ class Run:
         i, n = 0, len(items)
         while i < n:
             self.index = i
-            k = self._replay_run(i) if self.disabled is None else 0
+            k = 0
+            if self.disabled is None:
+                printed: list[str] = []
+                if i == 0 and self.loops == 1:
+                    k = replay_chain(self, printed)
+                k += self._replay_run(i + k, printed)
+                if k:
+                    self.skipped = "".join(printed)
+                    self.slots += k
+                    self.store.reused += k
+                    self.deadline.check_time()
             if k:
                 self.index = i + k - 1
                 self.deadline._steps -= 1  # the loop's own step for SKIPPED charges it again
@@ -214,27 +256,18 @@ class Run:
         item_key = self.keys.of(item)
         if item_key is None:
             return None
-        rec = self.recorder
-        watch = rec._watch
-        return (
-            item_key,
-            self.outer,
-            rec.decided,
-            rec._pending,
-            rec.unknown,
-            tuple(map(id, watch)) if watch else (),
-        )
+        return (item_key, self.outer, *self._recorder_state())
 
-    def _replay_run(self, i: int) -> int:
+    def _replay_run(self, i: int, printed: list[str]) -> int:
         """Replay iterations ``i, i+1, ...`` while each can be: its key holds an entry whose
         cost (its loop step included) fits the limits and whose reads give the same values
         now; the count. The replay is what rendering the iteration would leave: the
         namespace writes, the recorder's state, the steps and sizes charged, the output (its
-        message mark and marks re-issued under this render's nonce) kept in ``skipped``."""
+        message mark and marks re-issued under this render's nonce) added to ``printed``."""
         items, entries, d, rec = self.items, self.store.entries, self.deadline, self.recorder
         of, value, outer, ns, used = self.keys.of, self.value, self.outer, self.ns, self.used
         nonce, message, site = rec.nonce, rec.message, self.plan.site
-        printed: list[str] = []
+        trail_keys, trail_entries = self.trail_keys, self.trail_entries
         j, n = i, len(items)
         while j < n:  # one pass per iteration, inlined: this loop is a long session's hot path
             self.index = j
@@ -265,19 +298,15 @@ class Run:
                     rec.decided, rec._pending, rec.unknown, watch = entry.recorder
                     rec._watch = list(watch)
                     used.append(key)
+                    trail_keys.append(key)
+                    trail_entries.append(entry)
                     printed.append(message(site, item))
                     printed.append(nonce.join(entry.parts))
                     break
             else:
                 break
             j += 1
-        k = j - i
-        if k:
-            self.skipped = "".join(printed)
-            self.slots += k
-            self.store.reused += k
-            d.check_time()
-        return k
+        return j - i
 
     def enter(self, item: Any) -> str:
         if item is SKIPPED:
@@ -287,6 +316,8 @@ class Run:
         self.missing = True
         self.slots += 1
         self.store.rendered += 1
+        self.trail_keys.append(None)
+        self.trail_entries.append(None)
         key = None if self.disabled is not None else self._key(item)
         if key is not None:
             self.open = Open(key, self.out.size, self.deadline._steps, self.deadline._room)
@@ -340,10 +371,18 @@ class Run:
         writes = tuple((n, a, getattr(self.ns[n], a)) for n, a in op.written)
         if any(self.keys.of(v) is None for _, _, v in writes):
             return ""  # a value that could be shared mutable state (a cycler, a namespace)
-        rec, d = self.recorder, self.deadline
+        d = self.deadline
+        reads = tuple(op.reads.items())
+        edge, volatile, namespace_reads = split_reads(reads)
+        rec = self.recorder
         state = (rec.decided, rec._pending, rec.unknown, tuple(rec._watch))
-        entry = Entry(tuple(op.reads.items()), writes, state, d._steps - op.steps, op.room - d._room, ())
-        self.done.append((op, self.out.size, entry))
+        entry = Entry(
+            reads, writes, state, d._steps - op.steps, op.room - d._room, (), edge, volatile, namespace_reads
+        )
+        index = len(self.trail_keys) - 1
+        self.trail_keys[index] = op.key
+        self.trail_entries[index] = entry
+        self.done.append((op, self.out.size, entry, index))
         return ""
 
     def record(self, desc: tuple[Any, ...], value: Any) -> None:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from boundary.offsets import CharOffset, Span
 from boundary.sandbox import Deadline
 
-OPEN = "\U0010fff0"
-CLOSE = "\U0010fff1"
+OPEN = "\x00"
+CLOSE = "\x01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +98,15 @@ def _message_starts(sites: dict[str, dict[str, int]], n: int) -> tuple[CharOffse
     ``"<index>"`` as the recorder writes them (decimal, no sign or leading zero)."""
     if not sites:
         return (None,) * n
-    best = max(sites, key=lambda s: (len(set(sites[s].values())), int(s[1:])))
-    chosen = sites[best]
-    return tuple(map(chosen.get, map(str, range(n))))  # type: ignore[arg-type]  # CharOffset is int
+    if len(sites) == 1:
+        (chosen,) = sites.values()
+    else:
+        best = max(sites, key=lambda s: (len(set(sites[s].values())), int(s[1:])))
+        chosen = sites[best]
+    return tuple(map(chosen.get, _indexes(n)))  # type: ignore[arg-type]  # CharOffset is int
+
+
+@lru_cache(maxsize=256)
+def _indexes(n: int) -> tuple[str, ...]:
+    """``"0"`` to ``str(n - 1)``, as the recorder writes them."""
+    return tuple(map(str, range(n)))

@@ -38,7 +38,7 @@ from boundary.prefixes import common_prefix_length
 from boundary.render_target import RenderTarget, resolve_target, template_tools
 from boundary.renderer import Renderer, check_arguments
 from boundary.rendering import Rendering
-from boundary.request.identity import ContentKey, as_read, item_keys, items_key
+from boundary.request.identity import ContentKey, SeenPrefix, as_read, items_key
 from boundary.request.models import Message, Tool
 from boundary.request.validation import (
     ArgumentsForm,
@@ -78,7 +78,8 @@ class Session:
     def __init__(self, family: Renderer, *, incremental: bool = True) -> None:
         self.family = family
         self.stats = SessionStats()
-        self._keys: list[ContentKey | None] = []  # keys of the messages last given
+        self._seen = SeenPrefix()  # the messages last given, by exact content
+        self._call_ids: set[str] = set()  # the tool-call ids ``_normalized`` makes
         self._normalized: list[dict[str, Any]] = []
         # (arguments, strict_request, target, variant) the kept messages were normalized under
         self._parsed_under: tuple[ArgumentsForm | None, bool, str, str] | None = None
@@ -154,15 +155,13 @@ class Session:
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
         if (arguments, strict, target.name, variant) != self._parsed_under:
-            self._keys, self._normalized = [], []
+            self._seen.reset()
+            self._normalized, self._call_ids = [], set()
             self._parsed_under = (arguments, strict, target.name, variant)
-        keys = item_keys(messages)
-        keep = 0
-        limit = min(len(keys), len(self._keys))
-        while keep < limit and keys[keep] is not None and keys[keep] == self._keys[keep]:
-            keep += 1
+        keep = min(self._seen.common(messages), len(self._normalized))
         tail = messages[keep:]
-        call_ids = call_ids_of(self._normalized[:keep])
+        head_ids = self._call_ids if keep == len(self._normalized) else call_ids_of(self._normalized[:keep])
+        call_ids = set(head_ids)  # validation adds the tail's to it
         if target.family_conventions:
             parsed = parse_messages_or_plain(tail, first_index=keep, call_ids=call_ids, strict=strict)
             normalized = self.family.normalize_parsed(parsed, arguments, variant=variant, target=target)
@@ -170,7 +169,8 @@ class Session:
             models = parse_messages(tail, first_index=keep, call_ids=call_ids, strict=strict)
             normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
         self._normalized = self._normalized[:keep] + normalized
-        self._keys = keys
+        self._call_ids = head_ids | call_ids_of(normalized)
+        self._seen.accept()
         self.stats.revalidated_messages += len(tail)
         return list(self._normalized)
 

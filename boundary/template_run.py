@@ -218,7 +218,7 @@ class _Recorder:
 
     def __init__(self, messages: Sequence[Any], compiled: CompiledTemplate) -> None:
         self.nonce = OPEN + secrets.token_hex(6) + ":"
-        self._message_ids = {id(m): i for i, m in enumerate(messages)}
+        self._message_ids = dict(zip(map(id, messages), range(len(messages)), strict=True))
         self._flipped = compiled.flipped
         self._compiled = compiled
         self._watch: list[BranchState] = []  # state the divergences so far carry on

@@ -7,11 +7,11 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from boundary.request.identity import content_key, content_keys, item_key, item_keys, items_key
+from boundary.request.identity import SeenPrefix, content_key, content_keys, item_key, item_keys, items_key
 
 _SCALARS = st.one_of(
     st.none(),
@@ -126,3 +126,70 @@ def test_pydantic_items_are_keyed_by_what_the_request_stage_reads() -> None:
     assert item_key(_Message(role="user")) == item_key({"role": "user"})  # unset fields left out
     assert items_key(None) != items_key([])
     assert items_key([_Message(role="user")]) == items_key([{"role": "user"}])
+
+
+def _seen(prefix: SeenPrefix, items: list[Any]) -> int:
+    common = prefix.common(items)
+    prefix.accept()
+    return common
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(_VALUES, min_size=2, max_size=6),
+    st.integers(0, 6),
+    st.lists(_VALUES, max_size=4),
+)
+def test_a_seen_prefix_is_the_leading_items_with_equal_keys(
+    before: list[Any], cut: int, more: list[Any]
+) -> None:
+    """One serialization of the whole list gives what comparing the items' keys one by one gives
+    (both lists of two items or more, plain): the next list keeps some of the last one's items
+    and adds others, which often begin like the items they replace."""
+    after = [*before[:cut], *more]
+    if len(after) < 2:
+        after += [None, None]
+    prefix = SeenPrefix()
+    assert _seen(prefix, before) == 0
+    expected = 0
+    while expected < min(len(before), len(after)) and content_key(before[expected]) == content_key(
+        after[expected]
+    ):
+        expected += 1
+    assert _seen(prefix, after) == expected
+
+
+def test_a_seen_prefix_tells_apart_what_python_holds_equal() -> None:
+    prefix = SeenPrefix()
+    _seen(prefix, [{"a": 1, "b": 2}, 1, "x"])
+    assert _seen(prefix, [{"a": 1, "b": 2}, 1.0, "x"]) == 1
+    assert _seen(prefix, [{"a": 1, "b": 2}, True, "x"]) == 1
+    assert _seen(prefix, [{"b": 2, "a": 1}, True, "x"]) == 0
+    assert _seen(prefix, [{"b": 2, "a": 1}, True, "x", "y"]) == 3
+
+
+def test_a_seen_prefix_counts_across_the_picklers_batches_of_a_thousand() -> None:
+    items = [{"i": i} for i in range(2500)]
+    prefix = SeenPrefix()
+    for n, expected in [(999, 0), (1000, 999), (1001, 1000), (2001, 1001), (2500, 2001), (2500, 2500)]:
+        assert _seen(prefix, items[:n]) == expected, n
+    edited = [*items[:1500], {"i": 1500.0}, *items[1501:]]
+    assert _seen(prefix, edited) == 1500
+    assert _seen(prefix, items[:1000]) == 1000
+
+
+def test_a_seen_prefix_keeps_nothing_of_a_list_holding_a_value_without_a_key() -> None:
+    prefix = SeenPrefix()
+    _seen(prefix, [1, 2, 3])
+    assert _seen(prefix, [1, 2, object()]) == 0
+    assert _seen(prefix, [1, 2, 3]) == 0  # nothing was kept of the refused list
+    assert _seen(prefix, [1, 2, 3]) == 3
+
+
+def test_a_seen_prefix_moves_on_only_when_accepted() -> None:
+    prefix = SeenPrefix()
+    _seen(prefix, ["a", "b", "c"])
+    assert prefix.common(["a", "x", "y", "z"]) == 1  # not accepted: the last sequence stays
+    assert prefix.common(["a", "b", "c", "d"]) == 3
+    prefix.accept()
+    assert prefix.common(["a", "b", "c", "d"]) == 4

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict
 
 import boundary
+from boundary.errors import BoundaryError
 from tests.support import family
 
 FAMILIES = [("qwen3_5", "think"), ("qwen3", "current"), ("gpt_oss", "harmony"), ("nemotron_3", "nano")]
@@ -185,6 +186,29 @@ def test_unchanged_messages_are_not_revalidated_and_changed_ones_are() -> None:
     assert session.stats.revalidated_messages == 3
     session.render(_conversation({"b": "x", "a": 1}))
     assert session.stats.revalidated_messages == 3 + 2  # from the assistant message on
+
+
+def test_a_request_that_fails_validation_leaves_the_session_as_it_was() -> None:
+    """What a session keeps moves on only with a request that validated: resending the failed
+    request fails again, and the next good one renders as a cold render does."""
+    fam = family("qwen3_5")
+    session = fam.session()
+    head = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}]
+    bad = [*head, {"role": "tool", "tool_call_id": "nope", "content": "r"}]
+    good = [*head, {"role": "user", "content": "next"}]
+    session.render(head[:1])
+    for request in (bad, bad, good, bad, good):
+        try:
+            cold: Any = fam.render(request)
+            cold = (cold.text, cold.token_ids, cold.u_end)
+        except BoundaryError as exc:
+            cold = (type(exc), str(exc))
+        try:
+            warm: Any = session.render(request)
+            warm = (warm.text, warm.token_ids, warm.u_end)
+        except BoundaryError as exc:
+            warm = (type(exc), str(exc))
+        assert warm == cold
 
 
 _EXTRA_FIELD = [{"role": "user", "content": "hi", "metadata": {"trace": 1}}]

@@ -23,16 +23,24 @@ Invariants:
 
 Pydantic messages and tools (boundary's models, the OpenAI SDK's) are keyed by their
 ``model_dump(exclude_unset=True)``, which is what ``validation`` reads of them.
+
+``SeenPrefix`` answers the question a session asks every turn (how many leading messages are
+exactly those of the last request) with one serialization of the whole list, the same
+pickle at protocol 3 (no frames, so each item's bytes sit at a position worked out from the
+items before it), and the items' end positions kept from the last call.
 """
 
 from __future__ import annotations
 
 import io
 import pickle
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NewType
 
 from pydantic import BaseModel
+
+from boundary.prefixes import common_prefix_length
 
 ContentKey = NewType("ContentKey", bytes)
 """The canonical serialization of a plain value tree (``content_key``)."""
@@ -54,30 +62,39 @@ class _PlainPickler(pickle.Pickler):
         raise _NotPlain
 
 
-def _pickler() -> tuple[io.BytesIO, _PlainPickler]:
+def _pickler(protocol: int = _PROTOCOL) -> tuple[io.BytesIO, _PlainPickler]:
     buffer = io.BytesIO()
-    pickler = _PlainPickler(buffer, protocol=_PROTOCOL)
+    pickler = _PlainPickler(buffer, protocol=protocol)
     pickler.fast = True  # no memo: the bytes depend on the values, never on shared references
     return buffer, pickler
 
 
-def content_keys(values: Iterable[object]) -> list[ContentKey | None]:
-    """``content_key`` of each of ``values``, with one pickler: a dump in fast mode starts
-    from nothing (no memo, a frame of its own), so its bytes are those of a fresh pickler's;
-    after a refused value the pickler is replaced, never reused mid-state."""
-    buffer, pickler = _pickler()
-    keys: list[ContentKey | None] = []
-    for value in values:
+class ContentKeyer:
+    """``content_key`` with one pickler kept between calls: a dump in fast mode starts from
+    nothing (no memo, a frame of its own), so its bytes are those of a fresh pickler's; after
+    a refused value the pickler is replaced, never reused mid-state."""
+
+    __slots__ = ("_buffer", "_pickler")
+
+    def __init__(self) -> None:
+        self._buffer, self._pickler = _pickler()
+
+    def key(self, value: object) -> ContentKey | None:
+        buffer = self._buffer
         try:
-            pickler.dump(value)
+            self._pickler.dump(value)
         except (_NotPlain, RecursionError, ValueError, pickle.PicklingError):
-            keys.append(None)  # not plain, nested too deep, or a cycle (fast mode refuses those)
-            buffer, pickler = _pickler()
-            continue
-        keys.append(ContentKey(buffer.getvalue()))
+            self._buffer, self._pickler = _pickler()  # not plain, too deep, or a cycle
+            return None
+        key = ContentKey(buffer.getvalue())
         buffer.seek(0)
         buffer.truncate()
-    return keys
+        return key
+
+
+def content_keys(values: Iterable[object]) -> list[ContentKey | None]:
+    """``content_key`` of each of ``values``, with one pickler (``ContentKeyer``)."""
+    return list(map(ContentKeyer().key, values))
 
 
 def content_key(value: object) -> ContentKey | None:
@@ -116,4 +133,82 @@ def items_key(items: Sequence[object] | None) -> ContentKey | None:
     return content_key([as_read(item) for item in items])
 
 
-__all__ = ["ContentKey", "as_read", "content_key", "content_keys", "item_key", "item_keys", "items_key"]
+_BATCH = 1000  # the C pickler's list batches: MARK items APPENDS; a one-item list: item APPEND
+
+
+def _dump3(value: object) -> bytes | None:
+    """``value`` pickled at protocol 3 in fast mode, exact builtin values only (else None)."""
+    buffer, pickler = _pickler(3)
+    try:
+        pickler.dump(value)
+    except (_NotPlain, RecursionError, ValueError, pickle.PicklingError):
+        return None
+    return buffer.getvalue()
+
+
+class SeenPrefix:
+    """How many leading items of a sequence are exactly (``content_key``'s sense) those of the
+    sequence given last time. Holds the bytes of the last sequence as ``_dump3`` writes a list
+    of its items read as ``validation`` reads them (``as_read``), each as ``(item, None, None,
+    None)``, without the final ``APPENDS``/``APPEND`` and ``STOP``, and where each item's
+    bytes end; a sequence holding any value without a key keeps nothing, so the next call
+    matches no item.
+
+    Invariant: ``ends[k] <= n`` for the length ``n`` of the common byte prefix of two such
+    dumps means items ``0..k`` are exactly equal. A 4-tuple is written ``MARK ... TUPLE``, and
+    equal bytes leave the unpickler in equal states, so the ``TUPLE`` that ends item ``k``'s
+    tuple in one dump pops the same ``MARK`` in the other: that tuple ends there in both. A
+    bare item's bytes could be continued instead (``]``, an empty list, then ``N a`` appends
+    to it; ``N`` then ``TUPLE1`` wraps it)."""
+
+    def __init__(self) -> None:
+        self._body = b""
+        self._ends: list[int] = []
+        self._next: tuple[bytes, list[int]] = (b"", [])
+
+    def reset(self) -> None:
+        self._body, self._ends = b"", []
+
+    def accept(self) -> None:
+        """The sequence last passed to ``common`` becomes the last sequence."""
+        self._body, self._ends = self._next
+
+    def common(self, items: Sequence[object]) -> int:
+        """The number of leading ``items`` equal to the last sequence's (``accept`` makes
+        ``items`` the last sequence)."""
+        read = [(as_read(item), None, None, None) for item in items]  # MARK ... TUPLE: see the class
+        dump = _dump3(read) if read else None
+        self._next = (b"", [])
+        if dump is None:
+            return 0
+        body, old, ends = dump[:-2], self._body, self._ends
+        shared = len(old) if body.startswith(old) else common_prefix_length(old, body)
+        keep = min(bisect_right(ends, shared), len(read))
+        new_ends = ends[:keep]
+        at = new_ends[-1] if keep else 3  # PROTO 3, EMPTY_LIST
+        batched = len(read) > 1
+        buffer, pickler = _pickler(3)
+        for k in range(keep, len(read)):
+            if batched and k % _BATCH == 0:
+                at += 2 if k else 1  # the last batch's APPENDS, this one's MARK
+            pickler.dump(read[k])  # plain: the whole list was
+            at += buffer.tell() - 3  # without its PROTO and STOP
+            buffer.seek(0)
+            buffer.truncate()
+            new_ends.append(at)
+        if at == len(body):  # else a pickler that batches otherwise: nothing is kept
+            self._next = (body, new_ends)
+        return keep
+
+
+__all__ = [
+    "ContentKey",
+    "ContentKeyer",
+    "SeenPrefix",
+    "as_read",
+    "content_key",
+    "content_keys",
+    "item_key",
+    "item_keys",
+    "items_key",
+]
