@@ -34,9 +34,10 @@ import jinja2
 
 from boundary import incremental_plan as ip
 from boundary import template_run as tr
-from boundary.incremental_chain import Chain
+from boundary.incremental_chain import Chain, next_chain
 from boundary.incremental_hooks import FILTERS, RUN
-from boundary.incremental_run import Counted, Entry, Keys, Run
+from boundary.incremental_keys import Keys
+from boundary.incremental_run import Counted, Entry, Run
 from boundary.marks import TextRendering, read_marks
 from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox
 from boundary.sandbox.trusted import TrustedSandbox
@@ -139,7 +140,7 @@ class Incremental:
         context = tr.template_context(messages, tools, documents, add_generation_prompt, variables, now)
         deadline = Deadline(limits)
         out = Counted(compiled.template)
-        run = Run(self, compiled.source, incremental.plan, recorder, deadline, out)
+        run = Run(self, compiled.source, incremental.plan, messages, recorder, deadline, out)
         self.keys.start([*messages, tools])
         token = RUN.set(run)
         try:
@@ -177,22 +178,7 @@ class Incremental:
             kept.insert(0, entry)
             del kept[4:]
             touched[op.key] = generation
-        self.chain = None
-        if run.loops == 1 and run.disabled is None and run.outer is not None:
-            keys = run.trail_keys
-            try:
-                head = keys.index(None)
-            except ValueError:
-                head = len(keys)
-            self.chain = Chain(
-                run.source,
-                run.outer,
-                run.start,
-                run.start_namespace,
-                run.items[:head],
-                keys[:head],  # type: ignore[arg-type]  # no None before ``head``
-                trail[:head],
-            )
+        self.chain = next_chain(run, raw)
         if len(entries) > 2 * run.slots + 16:
             for key in [k for k, g in touched.items() if g < generation - 1]:
                 del touched[key]

@@ -29,7 +29,9 @@ re-evaluated), and the limits admit it.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
+from operator import is_
 from typing import Any
 
 # ``loop`` attributes whose value depends on the items after the current one: ``last`` and
@@ -87,7 +89,12 @@ class Chain:
     """The previous render's message loop, from its start up to its first iteration that left
     no entry: the state it started in, its items (the objects), and per iteration the store key
     and the entry it ran with. ``namespace`` holds the keys of every namespace attribute at the
-    loop's start (a key None: no exact key, never taken as unchanged)."""
+    loop's start (a key None: no exact key, never taken as unchanged). ``steps[j]`` and
+    ``built[j]`` are what iterations ``0..j`` cost, their loop steps included; ``events`` the
+    iterations with writes or reads a chain replay checks. ``text`` is the head's raw output
+    under ``nonce`` and ``ends[j]`` where iteration ``j``'s ends in it, kept only for a loop
+    over the messages themselves, each a distinct object (so iteration ``j``'s message mark
+    names message ``j``); else None."""
 
     source: str
     outer: int
@@ -96,6 +103,12 @@ class Chain:
     items: list[Any]
     keys: list[tuple[Any, ...]]
     entries: list[Any]
+    steps: list[int]
+    built: list[int]
+    events: list[int]
+    nonce: str
+    text: str | None
+    ends: list[int]
 
     def changed(self, now: dict[tuple[str, str], Any]) -> set[tuple[str, str | None]]:
         """The namespace attributes whose key at the loop's start differs from the chain's,
@@ -110,6 +123,11 @@ class Chain:
                 changed.add(pair)
                 changed.add((pair[0], None))
         return changed
+
+
+def is_event(entry: Any) -> bool:
+    """Whether a chain replay must visit this iteration: it writes, or has reads to check."""
+    return bool(entry.writes or entry.volatile or entry.namespace_reads)
 
 
 def holds(run: Any, reads: tuple[Read, ...]) -> bool:
@@ -135,46 +153,113 @@ def replay_chain(run: Any, printed: list[str]) -> int:
     of the loop that the previous render ran while its items are the same objects, each entry
     fits the limits and its volatile reads, and its namespace reads resting on a changed
     start value, give the recorded values now; the count. Leaves what ``Run._replay_run``
-    leaves for the same iterations, the output added to ``printed``."""
+    leaves for the same iterations, the output added to ``printed`` (and kept as
+    ``run.head_text``)."""
     chain = run.store.chain
     if chain is None or chain.outer != run.outer or chain.source != run.source or chain.recorder != run.start:
         return 0
-    changed = chain.changed(run.start_namespace)
-    items, old, entries = run.items, chain.items, chain.entries
-    n = min(len(items), len(old))
-    same = 0
-    while same < n and items[same] is old[same]:
-        same += 1
+    items, entries = run.items, chain.entries
+    same = list(map(is_, items, chain.items))
+    p = same.index(False) if False in same else len(same)
+    if p and entries[p - 1].edge:  # the one iteration whose next item may have changed
+        run.index = p - 1
+        if not holds(run, entries[p - 1].edge):
+            p -= 1
     d, rec, ns = run.deadline, run.recorder, run.ns
-    steps, room, max_steps = d._steps, d._room, d._max_steps
-    nonce, message, site = rec.nonce, rec.message, run.plan.site
-    j = 0
-    while j < same:
-        entry = entries[j]
-        if steps + 1 + entry.steps > max_steps or room < entry.built:
+    p = min(
+        p, bisect_right(chain.steps, d._max_steps - d._steps, 0, p), bisect_right(chain.built, d._room, 0, p)
+    )
+    changed = chain.changed(run.start_namespace)
+    for e in chain.events:
+        if e >= p:
             break
-        if entry.volatile or (changed and entry.namespace_reads) or (entry.edge and j == same - 1):
-            run.index = j
+        entry = entries[e]
+        if entry.volatile or (changed and entry.namespace_reads):
+            run.index = e
             if not (
                 holds(run, entry.volatile)
-                and (j < same - 1 or holds(run, entry.edge))
                 and (not changed or namespace_holds(run, entry.namespace_reads, changed))
             ):
+                p = e
                 break
-        steps += 1 + entry.steps
-        room -= entry.built
         for name, attr, written in entry.writes:
             ns[name][attr] = written
-        printed.append(message(site, items[j]))
-        printed.append(nonce.join(entry.parts))
-        j += 1
-    if j:
-        run.store.chained += j
-        d._steps, d._room = steps, room
-        rec.decided, rec._pending, rec.unknown, watch = entries[j - 1].recorder
-        rec._watch = list(watch)
-        keys = chain.keys[:j]
-        run.used += keys
-        run.trail_keys += keys
-        run.trail_entries += entries[:j]
-    return j
+    if not p:
+        return 0
+    if chain.text is not None and run.positional:
+        text = chain.text[: chain.ends[p - 1]].replace(chain.nonce, rec.nonce)
+        run.head_text, run.head_ends = text, chain.ends[:p]
+        run.head_pieces += [None] * p  # their output is ``head_text``
+    else:
+        nonce, message, site = rec.nonce, rec.message, run.plan.site
+        pieces = [message(site, items[j]) + nonce.join(entries[j].parts) for j in range(p)]
+        text = "".join(pieces)
+        run.head_pieces += pieces
+    printed.append(text)
+    run.chained = p
+    run.store.chained += p
+    d._steps += chain.steps[p - 1]
+    d._room -= chain.built[p - 1]
+    rec.decided, rec._pending, rec.unknown, watch = entries[p - 1].recorder
+    rec._watch = list(watch)
+    keys = chain.keys[:p]
+    run.used += keys
+    run.trail_keys += keys
+    run.trail_entries += entries[:p]
+    return p
+
+
+def next_chain(run: Any, raw: str) -> Chain | None:
+    """The chain ``run``'s render leaves: its loop from the start up to the first iteration
+    that left no entry (``run.trail_entries``, with their parts filled in), its text taken
+    from the chain it replayed and from the pieces of the iterations after."""
+    if run.loops != 1 or run.disabled is not None or run.outer is None:
+        return None
+    keys, entries = run.trail_keys, run.trail_entries
+    try:
+        head = keys.index(None)
+    except ValueError:
+        head = len(keys)
+    old, p = run.store.chain, run.chained
+    if p:
+        steps, built = old.steps[:p], old.built[:p]
+        events = old.events[: bisect_right(old.events, p - 1)]
+        total_steps, total_built = steps[-1], built[-1]
+    else:
+        steps, built, events, total_steps, total_built = [], [], [], 0, 0
+    for j in range(p, head):
+        entry = entries[j]
+        total_steps += 1 + entry.steps
+        total_built += entry.built
+        steps.append(total_steps)
+        built.append(total_built)
+        if is_event(entry):
+            events.append(j)
+    text: str | None = None
+    ends: list[int] = []
+    if run.positional:
+        first = p if run.head_ends is not None else 0  # the pieces before it: ``head_text``
+        pieces = [run.head_text] if first else []
+        ends = list(run.head_ends) if first else []
+        at = ends[-1] if first else 0
+        for piece in run.head_pieces[first:head]:
+            piece = raw[piece[0] : piece[1]] if type(piece) is tuple else piece
+            pieces.append(piece)
+            at += len(piece)
+            ends.append(at)
+        text = "".join(pieces)
+    return Chain(
+        run.source,
+        run.outer,
+        run.start,
+        run.start_namespace,
+        run.items[:head],
+        keys[:head],
+        entries[:head],
+        steps,
+        built,
+        events,
+        run.recorder.nonce,
+        text,
+        ends,
+    )

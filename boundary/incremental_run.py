@@ -29,11 +29,10 @@ from typing import Any, Protocol
 
 import jinja2
 from jinja2.runtime import LoopContext
-from markupsafe import Markup
 
 from boundary.incremental_chain import Chain, NamespaceRead, Read, replay_chain, split_reads
+from boundary.incremental_keys import FALSE, TRUE, Keys
 from boundary.incremental_plan import Plan
-from boundary.request.identity import ContentKeyer
 from boundary.sandbox import Deadline
 
 
@@ -61,7 +60,6 @@ _OPERATORS = {
 }
 _FAILED = object()  # a comparison that raised: equal to no recorded outcome
 SKIPPED = object()  # the item the message loop yields for a run of replayed iterations
-_TRUE, _FALSE = (bool, True), (bool, False)  # the keys of the two booleans
 
 
 # -- the per-session store and one render's run -----------------------------------------------
@@ -87,53 +85,12 @@ class Open:
 
     key: tuple[Any, ...]
     start: int
+    mark: int  # the length of its message mark, printed just before ``start``
     steps: int
     room: int
     reads: dict[tuple[Any, ...], Any] = field(default_factory=dict)
     written: dict[tuple[str, str], None] = field(default_factory=dict)
     cacheable: bool = True
-
-
-class Keys:
-    """Exact-content keys of the values an iteration reads (``content_key``; scalars as
-    ``(type, value)``), memoized by identity: within one render for any object (pinned, so
-    its id is not reused), and across renders for the objects a session keeps unchanged and
-    never exposes (its normalized message dicts and tool list, passed to ``start``)."""
-
-    def __init__(self) -> None:
-        self._kept: dict[int, tuple[Any, Any]] = {}
-        self._memo: dict[int, tuple[Any, Any]] = {}
-        self._key = ContentKeyer().key
-
-    def start(self, keep: Sequence[Any]) -> None:
-        kept, memo = self._kept, self._memo
-        if memo:
-            ids = set(map(id, keep))
-            kept.update({i: known for i, known in memo.items() if i in ids})
-            self._memo = {}
-        if len(kept) > 2 * len(keep) + 16:  # objects the session no longer keeps
-            self._kept = {id(o): kept[id(o)] for o in keep if id(o) in kept and kept[id(o)][0] is o}
-
-    def of(self, value: Any) -> Any:
-        kind = type(value)
-        if kind is bool:
-            return _TRUE if value else _FALSE
-        if kind is str or kind is int or value is None:
-            return (kind, value)
-        if kind is dict or kind is list or kind is tuple:
-            known = self._kept.get(id(value)) or self._memo.get(id(value))
-            if known is not None and known[0] is value:
-                return known[1]
-            key = self._key(value)
-            self._memo[id(value)] = (value, key)
-            return key
-        if kind is float:
-            return self._key(value)
-        if isinstance(value, jinja2.Undefined):
-            return (kind, value._undefined_name, value._undefined_hint)
-        if kind is Markup:
-            return (kind, str(value))
-        return None
 
 
 class Counted:
@@ -161,8 +118,16 @@ class Run:
     position, the iteration open."""
 
     def __init__(
-        self, store: Store, source: str, plan: Plan, recorder: Any, deadline: Deadline, out: Counted
+        self,
+        store: Store,
+        source: str,
+        plan: Plan,
+        messages: Sequence[Any],
+        recorder: Any,
+        deadline: Deadline,
+        out: Counted,
     ) -> None:
+        self.messages = messages
         self.source = source  # part of every key: a session may switch templates
         self.store, self.plan, self.recorder, self.deadline, self.out = store, plan, recorder, deadline, out
         self.env = out.environment
@@ -185,6 +150,15 @@ class Run:
         # per iteration, in order: its store key and entry (None: it left none)
         self.trail_keys: list[tuple[Any, ...] | None] = []
         self.trail_entries: list[Entry | None] = []
+        # the loop's head for the next chain (``incremental_chain.next_chain``): whether the
+        # loop iterates the messages, each its own object; the chain's output taken, and where
+        # each of its iterations ends; per iteration after it, its output (or, rendered, where
+        # it lies in the raw output)
+        self.positional = False
+        self.chained = 0
+        self.head_text = ""
+        self.head_ends: list[int] | None = None
+        self.head_pieces: list[str | tuple[int, int] | None] = []
 
     def _begin(self, values: tuple[Any, ...]) -> None:
         plan = self.plan
@@ -223,6 +197,7 @@ class Run:
         iterations that can all be replayed is one ``SKIPPED`` item whose ``enter`` prints
         their output."""
         self.items = items = seq if type(seq) is list else list(seq)
+        self.positional = items is self.messages and len(self.recorder._message_ids) == len(items)
         self._begin(values)
         return self._steps(items)
 
@@ -267,7 +242,7 @@ class Run:
         items, entries, d, rec = self.items, self.store.entries, self.deadline, self.recorder
         of, value, outer, ns, used = self.keys.of, self.value, self.outer, self.ns, self.used
         nonce, message, site = rec.nonce, rec.message, self.plan.site
-        trail_keys, trail_entries = self.trail_keys, self.trail_entries
+        trail_keys, trail_entries, pieces = self.trail_keys, self.trail_entries, self.head_pieces
         j, n = i, len(items)
         while j < n:  # one pass per iteration, inlined: this loop is a long session's hot path
             self.index = j
@@ -300,8 +275,9 @@ class Run:
                     used.append(key)
                     trail_keys.append(key)
                     trail_entries.append(entry)
-                    printed.append(message(site, item))
-                    printed.append(nonce.join(entry.parts))
+                    piece = message(site, item) + nonce.join(entry.parts)
+                    printed.append(piece)
+                    pieces.append(piece)
                     break
             else:
                 break
@@ -318,9 +294,11 @@ class Run:
         self.store.rendered += 1
         self.trail_keys.append(None)
         self.trail_entries.append(None)
+        self.head_pieces.append(None)
         key = None if self.disabled is not None else self._key(item)
         if key is not None:
-            self.open = Open(key, self.out.size, self.deadline._steps, self.deadline._room)
+            mark = len(self.recorder.message(self.plan.site, item))
+            self.open = Open(key, self.out.size, mark, self.deadline._steps, self.deadline._room)
         return ""
 
     def loop_attr(self, attr: str) -> Any:
@@ -382,6 +360,7 @@ class Run:
         index = len(self.trail_keys) - 1
         self.trail_keys[index] = op.key
         self.trail_entries[index] = entry
+        self.head_pieces[index] = (op.start - op.mark, self.out.size)
         self.done.append((op, self.out.size, entry, index))
         return ""
 
@@ -420,11 +399,11 @@ class Run:
             for op, leaf in spec[1:]:
                 right = self.raw(leaf)
                 if not _OPERATORS[op](left, right):
-                    return _FALSE
+                    return FALSE
                 left = right
         except Exception:
             return _FAILED
-        return _TRUE
+        return TRUE
 
     def value(self, desc: tuple[Any, ...]) -> Any:
         """The key of what the read ``desc`` gives now (the trace's reads, re-evaluated)."""

@@ -49,6 +49,9 @@ READS_PAST_THE_HEAD = {
         "{% if add_generation_prompt and ns.k > loop.index0 + 2 %}+{% endif %};{% endfor %}"
     ),
     "last user query": SCAN,
+    "a slice of the messages": (  # items not the messages list itself: output joined per iteration
+        "{% for m in messages[1:] %}{{ m.content }}{% if loop.last %}!{% endif %};{% endfor %}"
+    ),
 }
 
 

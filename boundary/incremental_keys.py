@@ -1,0 +1,60 @@
+"""Exact-content keys of the values a message-loop iteration reads, memoized by identity.
+
+Where it sits: inside the render stage, under ``boundary.incremental``: the per-session store
+holds one ``Keys``; a render's ``incremental_run.Run`` keys the loop's items and every value a
+traced iteration reads with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from boundary.request.identity import ContentKeyer
+
+TRUE, FALSE = (bool, True), (bool, False)  # the keys of the two booleans
+
+
+class Keys:
+    """Exact-content keys of the values an iteration reads (``content_key``; scalars as
+    ``(type, value)``), memoized by identity: within one render for any object (pinned, so
+    its id is not reused), and across renders for the objects a session keeps unchanged and
+    never exposes (its normalized message dicts and tool list, passed to ``start``)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[int, tuple[Any, Any]] = {}
+        self._memo: dict[int, tuple[Any, Any]] = {}
+        self._key = ContentKeyer().key
+
+    def start(self, keep: Sequence[Any]) -> None:
+        kept, memo = self._kept, self._memo
+        if memo:
+            ids = set(map(id, keep))
+            kept.update({i: known for i, known in memo.items() if i in ids})
+            self._memo = {}
+        if len(kept) > 2 * len(keep) + 16:  # objects the session no longer keeps
+            self._kept = {id(o): kept[id(o)] for o in keep if id(o) in kept and kept[id(o)][0] is o}
+
+    def of(self, value: Any) -> Any:
+        kind = type(value)
+        if kind is bool:
+            return TRUE if value else FALSE
+        if kind is str or kind is int or value is None:
+            return (kind, value)
+        if kind is dict or kind is list or kind is tuple:
+            known = self._kept.get(id(value)) or self._memo.get(id(value))
+            if known is not None and known[0] is value:
+                return known[1]
+            key = self._key(value)
+            self._memo[id(value)] = (value, key)
+            return key
+        if kind is float:
+            return self._key(value)
+        if isinstance(value, jinja2.Undefined):
+            return (kind, value._undefined_name, value._undefined_hint)
+        if kind is Markup:
+            return (kind, str(value))
+        return None
