@@ -21,7 +21,7 @@ other people's load), the least of ``--repeat`` passes, each with fresh sessions
 - session, full: a ``Session(incremental=False)``: the template re-run over the whole
   history every turn, only the new text tokenized;
 - session, incremental: the default ``Session``: unchanged message-loop iterations replayed
-  (``boundary.incremental``);
+  (``boundary.incremental``; the loop's unchanged head as one chain, ``incremental_chain``);
 - new text alone (a floor, not a path): the tokenizer encoding only the text after what this
   request shares with the previous one of its conversation, which any session must encode;
   transformers over it bounds what a session can reach on the workload.
@@ -94,12 +94,13 @@ def run(
     mismatches = {"session incremental vs cold": 0, "session full vs cold": 0, "cold ids vs transformers": 0}
     sessions: dict[str, tuple[Session, Session]] = {}
     previous = ""  # the text of the conversation's previous request
-    reused = rendered = 0
+    reused = rendered = chained = 0
     for name, request in _requests(workload, trajectories):
         if name not in sessions:
             for _, incremental in sessions.values():
                 reused += incremental.stats.reused_iterations
                 rendered += incremental.stats.rendered_iterations
+                chained += incremental.stats.chained_iterations
             sessions = {name: (Session(fam.renderer, incremental=False), Session(fam.renderer))}
             previous = ""
         full, incremental = sessions[name]
@@ -131,7 +132,14 @@ def run(
     for _, incremental in sessions.values():
         reused += incremental.stats.reused_iterations
         rendered += incremental.stats.rendered_iterations
-    return {"rows": rows, "mismatches": mismatches, "reused": reused, "rendered": rendered}
+        chained += incremental.stats.chained_iterations
+    return {
+        "rows": rows,
+        "mismatches": mismatches,
+        "reused": reused,
+        "rendered": rendered,
+        "chained": chained,
+    }
 
 
 def only(
@@ -209,7 +217,8 @@ def report(workload: str, result: dict[str, Any]) -> None:
     if total:
         print(
             "message-loop iterations replayed by the incremental sessions: "
-            f"{result['reused'] / total:.0%} of {total}"
+            f"{result['reused'] / total:.0%} of {total} "
+            f"({result['chained'] / total:.0%} as the unchanged head of the loop, in one chain)"
         )
 
 

@@ -58,6 +58,7 @@ class SessionStats:
     encoded_tokens: int = 0
     revalidated_messages: int = 0
     reused_iterations: int = 0  # message-loop iterations replayed (``boundary.incremental``)
+    chained_iterations: int = 0  # of those, replayed as the loop's unchanged head (one chain)
     rendered_iterations: int = 0
     full_render_reason: str | None = None  # why the last render ran the template in full
 
@@ -139,6 +140,7 @@ class Session:
         )
         inc, stats = self._incremental, self.stats
         stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
+        stats.chained_iterations = inc.chained
         stats.full_render_reason = inc.reason
         return rendered
 

@@ -113,8 +113,8 @@ def test_a_tau_bench_session_replays_most_of_its_history_as_a_chain() -> None:
             cold.u_end,
             cold.p_end,
         )
-    inc = session._incremental
-    assert inc.chained > 0.7 * inc.reused > 0
+    stats = session.stats
+    assert stats.chained_iterations > 0.7 * stats.reused_iterations > 0
 
 
 def test_reads_are_split_by_what_they_rest_on() -> None:
