@@ -87,8 +87,9 @@ class Incremental:
     ``template_run.run_template`` with the message loop run incrementally where the plan
     allows. ``reason`` says why the last render ran in full (None: it ran incrementally)."""
 
-    def __init__(self, *, enabled: bool = True) -> None:
+    def __init__(self, *, enabled: bool = True, min_messages: int = 0) -> None:
         self.enabled = enabled
+        self.min_messages = min_messages  # a shorter request runs the template in full
         self.keys = Keys()
         self.entries: dict[tuple[Any, ...], list[Entry]] = {}
         self.chain: Chain | None = None  # the last render's loop head (``incremental_chain``)
@@ -123,6 +124,8 @@ class Incremental:
     ) -> TextRendering:
         """``template_run.run_template`` (a ``TemplateRunner``), the same result."""
         incremental = compile_incremental(compiled.source, limits) if self.enabled else _OFF
+        if len(messages) < self.min_messages and not isinstance(incremental, str):
+            incremental = f"a request of fewer than {self.min_messages} messages runs the template in full"
         if isinstance(incremental, str):
             self.reason = incremental
             return tr.run_template(

@@ -48,6 +48,10 @@ from boundary.request.validation import (
     parse_tools,
 )
 
+# Below this many messages a request runs the template in full: tracing a loop of a few
+# iterations costs more than replaying them saves (docs/sessions.md, "Measured").
+_MIN_MESSAGES = 4
+
 
 @dataclass(slots=True)
 class SessionStats:
@@ -90,7 +94,7 @@ class Session:
         self._ids: list[int] = []
         self._cut_chars: list[int] = []  # the safe cuts of ``_ids``: their chars ...
         self._cut_tokens: list[int] = []  # ... and their tokens
-        self._incremental = Incremental(enabled=incremental)
+        self._incremental = Incremental(enabled=incremental, min_messages=_MIN_MESSAGES)
 
     # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a
     # drop-in for the renderer); the work is the renderer's (``render_with_encoder``).

@@ -69,7 +69,8 @@ def test_every_turn_of_tau_bench_bfcl_and_mt_bench_equals_a_full_render(name: st
             if messages[i - 1]["role"] in ("user", "tool"):
                 _same(fam, session, messages[:i], tools, variant=variant)
         reused += session.stats.reused_iterations
-        assert (session.stats.full_render_reason is None) == _accepted(fam, variant)
+        reason = session.stats.full_render_reason  # or a short request's (Session's policy)
+        assert (reason is None or "fewer than 4 messages" in reason) == _accepted(fam, variant)
     assert (reused > 0) == _accepted(fam, variant)
 
 
@@ -303,6 +304,22 @@ def test_the_session_names_why_a_shipped_template_renders_in_full() -> None:
     session.render([{"role": "user", "content": "hi"}])
     assert "loop_messages" in (session.stats.full_render_reason or "")
     assert session.stats.reused_iterations == 0
+
+
+def test_a_session_runs_a_request_of_fewer_than_four_messages_in_full() -> None:
+    """Tracing a loop of one to three iterations costs more than replaying them saves: such a
+    request runs the template in full and says so; from four messages on the loop runs
+    incrementally."""
+    fam = family("qwen3_5")
+    session = fam.session()
+    turns = [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(7)]
+    for n, reason, rendered in [(1, "fewer than 4", 0), (3, "fewer than 4", 0), (5, None, 5), (7, None, 7)]:
+        request = turns[:n]
+        assert session.render(request).text == fam.render(request).text
+        said = session.stats.full_render_reason
+        assert said is None if reason is None else reason in (said or ""), (n, said)
+        assert session.stats.rendered_iterations == rendered
+    assert session.stats.reused_iterations == session.stats.chained_iterations == 5
 
 
 def test_a_session_that_switches_templates_never_replays_the_other_template() -> None:
