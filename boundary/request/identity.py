@@ -149,9 +149,9 @@ def _dump3(value: object) -> bytes | None:
 class SeenPrefix:
     """How many leading items of a sequence are exactly (``content_key``'s sense) those of the
     sequence given last time. Holds the bytes of the last sequence as ``_dump3`` writes a list
-    of its items read as ``validation`` reads them (``as_read``), each as ``(item, None, None,
-    None)``, without the final ``APPENDS``/``APPEND`` and ``STOP``, and where each item's
-    bytes end; a sequence holding any value without a key keeps nothing, so the next call
+    of ``None`` and then its items read as ``validation`` reads them (``as_read``), each as
+    ``(item, None, None, None)``, without the final ``APPENDS`` and ``STOP``, and where each
+    item's bytes end; a sequence holding any value without a key keeps nothing, so the next call
     matches no item.
 
     Invariant: ``ends[k] <= n`` for the length ``n`` of the common byte prefix of two such
@@ -176,21 +176,22 @@ class SeenPrefix:
     def common(self, items: Sequence[object]) -> int:
         """The number of leading ``items`` equal to the last sequence's (``accept`` makes
         ``items`` the last sequence)."""
-        read = [(as_read(item), None, None, None) for item in items]  # MARK ... TUPLE: see the class
-        dump = _dump3(read) if read else None
+        # None first, so that even one item is written in a batch (MARK items APPENDS); then
+        # each item read as ``validation`` reads it, in a 4-tuple (MARK ... TUPLE: see the class)
+        read = [None, *[(as_read(item), None, None, None) for item in items]]
+        dump = _dump3(read) if items else None
         self._next = (b"", [])
         if dump is None:
             return 0
         body, old, ends = dump[:-2], self._body, self._ends
         shared = len(old) if body.startswith(old) else common_prefix_length(old, body)
-        keep = min(bisect_right(ends, shared), len(read))
+        keep = min(bisect_right(ends, shared), len(items))
         new_ends = ends[:keep]
-        at = new_ends[-1] if keep else 3  # PROTO 3, EMPTY_LIST
-        batched = len(read) > 1
+        at = new_ends[-1] if keep else 5  # PROTO 3, EMPTY_LIST, MARK, NONE
         buffer, pickler = _pickler(3)
-        for k in range(keep, len(read)):
-            if batched and k % _BATCH == 0:
-                at += 2 if k else 1  # the last batch's APPENDS, this one's MARK
+        for k in range(keep + 1, len(read)):
+            if k % _BATCH == 0:
+                at += 2  # the last batch's APPENDS, this one's MARK
             pickler.dump(read[k])  # plain: the whole list was
             at += buffer.tell() - 3  # without its PROTO and STOP
             buffer.seek(0)
