@@ -1,5 +1,9 @@
 """Where a session request's time goes, stage by stage, at 5–9 messages against 30–40.
 
+Where it sits: outside the package, at the render stage: a script nobody imports, beside
+``benchmarks/sessions.py`` (whose requests it sends); it times the stages of
+``Session.render``.
+
 Runs the default (incremental) ``Session`` over tau-bench trajectories in conversation order,
 as ``benchmarks/sessions.py`` does, and times each stage of a request with
 ``time.perf_counter`` around the function that does it, only while a request of the bucket
