@@ -164,19 +164,8 @@ class Incremental:
         self._generation += 1
         generation = self._generation
         touched.update(dict.fromkeys(run.used, generation))
-        trail = run.trail_entries
-        for op, end, entry, index in run.done:
-            trail[index] = entry = Entry(
-                entry.reads,
-                entry.writes,
-                entry.recorder,
-                entry.steps,
-                entry.built,
-                tuple(raw[op.start : end].split(nonce)),
-                entry.edge,
-                entry.volatile,
-                entry.namespace_reads,
-            )
+        for op, end, entry, _ in run.done:
+            entry.parts = tuple(raw[op.start : end].split(nonce))
             kept = entries.setdefault(op.key, [])
             kept.insert(0, entry)
             del kept[4:]

@@ -84,7 +84,7 @@ def split_reads(
     return tuple(edge), tuple(volatile), tuple(namespace)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Chain:
     """The previous render's message loop, from its start up to its first iteration that left
     no entry: the state it started in, its items (the objects), and per iteration the store key

@@ -63,9 +63,10 @@ SKIPPED = object()  # the item the message loop yields for a run of replayed ite
 
 
 # -- the per-session store and one render's run -----------------------------------------------
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
-    """One way an iteration ran: what it read, what it left behind, what it printed."""
+    """One way an iteration ran: what it read, what it left behind, what it printed. Never
+    changed once stored: ``parts`` is filled in when its render ends (``Incremental._keep``)."""
 
     reads: tuple[tuple[tuple[Any, ...], Any], ...]
     writes: tuple[tuple[str, str, Any], ...]
