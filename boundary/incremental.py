@@ -164,7 +164,7 @@ class Incremental:
         self._generation += 1
         generation = self._generation
         touched.update(dict.fromkeys(run.used, generation))
-        for op, end, entry, _ in run.done:
+        for op, end, entry in run.done:
             entry.parts = tuple(raw[op.start : end].split(nonce))
             kept = entries.setdefault(op.key, [])
             kept.insert(0, entry)

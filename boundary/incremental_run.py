@@ -143,7 +143,7 @@ class Run:
         self.ns: dict[str, Any] = {}
         self.seqs: dict[str, Any] = {}
         self.slots = 0  # iterations entered
-        self.done: list[tuple[Open, int, Entry, int]] = []  # (iteration, output end, entry, index)
+        self.done: list[tuple[Open, int, Entry]] = []  # (iteration, where its output ends, entry)
         self.used: list[tuple[Any, ...]] = []  # the keys of the iterations replayed
         self.loops = 0  # times the message loop started
         self.start: tuple[Any, ...] = ()  # the recorder's state when it started
@@ -362,7 +362,7 @@ class Run:
         self.trail_keys[index] = op.key
         self.trail_entries[index] = entry
         self.head_pieces[index] = (op.start - op.mark, self.out.size)
-        self.done.append((op, self.out.size, entry, index))
+        self.done.append((op, self.out.size, entry))
         return ""
 
     def record(self, desc: tuple[Any, ...], value: Any) -> None:
