@@ -34,7 +34,7 @@ import jinja2
 
 from boundary import incremental_plan as ip
 from boundary import template_run as tr
-from boundary.incremental_chain import Chain, next_chain
+from boundary.incremental_chain import Chain, head_splice, next_chain
 from boundary.incremental_hooks import FILTERS, RUN
 from boundary.incremental_keys import Keys
 from boundary.incremental_run import Counted, Entry, Run
@@ -150,11 +150,14 @@ class Incremental:
             raw = tr._run(out, context, recorder, deadline)  # type: ignore[arg-type]
         finally:
             RUN.reset(token)
+        splice = head_splice(run, raw)  # from the chain replayed, before ``_keep`` replaces it
         self._keep(run, raw)
         self.reason = run.disabled
         unavailable = compiled.unavailable_reason
         withdrawn = unavailable if unavailable is not None else recorder.unknown
-        return read_marks(raw, recorder.nonce, len(messages), withdrawn=withdrawn, deadline=deadline)
+        return read_marks(
+            raw, recorder.nonce, len(messages), withdrawn=withdrawn, deadline=deadline, splice=splice
+        )
 
     def _keep(self, run: Run, raw: str) -> None:
         """Keep what this render used or rendered, and its loop's head as the next chain;

@@ -30,9 +30,11 @@ re-evaluated), and the limits admit it.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import is_
 from typing import Any
+
+from boundary.marks import CLOSE, Splice
 
 # ``loop`` attributes whose value depends on the items after the current one: ``last`` and
 # ``nextitem`` only on the next one (the *edge* reads), the rest on the loop's length.
@@ -94,7 +96,8 @@ class Chain:
     iterations with writes or reads a chain replay checks. ``text`` is the head's raw output
     under ``nonce`` and ``ends[j]`` where iteration ``j``'s ends in it, kept only for a loop
     over the messages themselves, each a distinct object (so iteration ``j``'s message mark
-    names message ``j``); else None."""
+    names message ``j``); else None. ``plain`` is what reading ``text``'s marks gives
+    (``marks.Splice``)."""
 
     source: str
     outer: int
@@ -109,6 +112,11 @@ class Chain:
     nonce: str
     text: str | None
     ends: list[int]
+    # the head's text without its marks, where each iteration starts and ends in it; None
+    # unless ``text`` is kept and its only marks are the iterations' message marks
+    plain: str | None = None
+    plain_starts: list[int] = field(default_factory=list)
+    plain_ends: list[int] = field(default_factory=list)
 
     def changed(self, now: dict[tuple[str, str], Any]) -> set[tuple[str, str | None]]:
         """The namespace attributes whose key at the loop's start differs from the chain's,
@@ -235,19 +243,7 @@ def next_chain(run: Any, raw: str) -> Chain | None:
         built.append(total_built)
         if is_event(entry):
             events.append(j)
-    text: str | None = None
-    ends: list[int] = []
-    if run.positional:
-        first = p if run.head_ends is not None else 0  # the pieces before it: ``head_text``
-        pieces = [run.head_text] if first else []
-        ends = list(run.head_ends) if first else []
-        at = ends[-1] if first else 0
-        for piece in run.head_pieces[first:head]:
-            piece = raw[piece[0] : piece[1]] if type(piece) is tuple else piece
-            pieces.append(piece)
-            at += len(piece)
-            ends.append(at)
-        text = "".join(pieces)
+    text, ends, plain, plain_starts, plain_ends = _head_text(run, raw, head, old, p)
     return Chain(
         run.source,
         run.outer,
@@ -262,4 +258,70 @@ def next_chain(run: Any, raw: str) -> Chain | None:
         run.recorder.nonce,
         text,
         ends,
+        plain,
+        plain_starts,
+        plain_ends,
+    )
+
+
+def _head_text(
+    run: Any, raw: str, head: int, old: Chain | None, p: int
+) -> tuple[str | None, list[int], str | None, list[int], list[int]]:
+    """The next chain's ``text``, ``ends``, ``plain``, ``plain_starts`` and ``plain_ends``:
+    the head taken from the chain replayed (its first ``p`` iterations), then the pieces of
+    the iterations after it, up to ``head``."""
+    text: str | None = None
+    ends: list[int] = []
+    plain: str | None = None
+    plain_starts: list[int] = []
+    plain_ends: list[int] = []
+    if run.positional:
+        first = p if run.head_ends is not None else 0  # the pieces before it: ``head_text``
+        pieces = [run.head_text] if first else []
+        ends = list(run.head_ends) if first else []
+        at = ends[-1] if first else 0
+        plain_pieces: list[str] | None = []
+        if first and old is not None and old.plain is not None:
+            plain_starts, plain_ends = old.plain_starts[:p], old.plain_ends[:p]
+            plain_pieces = [old.plain[: plain_ends[-1]]]
+        elif first:
+            plain_pieces = None
+        plain_at = plain_ends[-1] if plain_ends else 0
+        nonce, site = run.recorder.nonce, run.plan.site
+        for j, piece in enumerate(run.head_pieces[first:head], start=first):
+            piece = raw[piece[0] : piece[1]] if type(piece) is tuple else piece
+            pieces.append(piece)
+            at += len(piece)
+            ends.append(at)
+            if plain_pieces is not None:
+                mark = f"{nonce}m{site}.{j}{CLOSE}"
+                if piece.startswith(mark) and piece.find(nonce, len(mark)) < 0:
+                    plain_pieces.append(piece[len(mark) :])
+                    plain_starts.append(plain_at)
+                    plain_at += len(piece) - len(mark)
+                    plain_ends.append(plain_at)
+                else:  # a mark of another kind inside: the head is read mark by mark
+                    plain_pieces = None
+        text = "".join(pieces)
+        if plain_pieces is not None:
+            plain = "".join(plain_pieces)
+        else:
+            plain_starts, plain_ends = [], []
+    return text, ends, plain, plain_starts, plain_ends
+
+
+def head_splice(run: Any, raw: str) -> Splice | None:
+    """The stretch of ``raw`` that ``run``'s chain printed, as read before (``marks.Splice``),
+    when its text without marks is known: then reading the marks skips it."""
+    chain, p = run.store.chain, run.chained
+    if not p or run.head_ends is None or chain is None or chain.plain is None:
+        return None
+    if not raw.startswith(run.head_text, run.loop_start):
+        return None  # pragma: no cover  (the head is printed where the loop starts)
+    return Splice(
+        run.loop_start,
+        len(run.head_text),
+        chain.plain[: chain.plain_ends[p - 1]],
+        f"m{run.plan.site}",
+        chain.plain_starts[:p],
     )

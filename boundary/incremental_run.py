@@ -156,6 +156,7 @@ class Run:
         # each of its iterations ends; per iteration after it, its output (or, rendered, where
         # it lies in the raw output)
         self.positional = False
+        self.loop_start = 0  # where the loop's output starts in the raw output
         self.chained = 0
         self.head_text = ""
         self.head_ends: list[int] | None = None
@@ -199,6 +200,7 @@ class Run:
         their output."""
         self.items = items = seq if type(seq) is list else list(seq)
         self.positional = items is self.messages and len(self.recorder._message_ids) == len(items)
+        self.loop_start = self.out.size
         self._begin(values)
         return self._steps(items)
 

@@ -47,19 +47,73 @@ class TextRendering:
     template_kwargs: Mapping[str, Any] | None = field(default=None, compare=False)  # None: not known
 
 
+@dataclass(frozen=True, slots=True)
+class Splice:
+    """A stretch of the raw text read before: ``size`` raw characters from ``start``, whose
+    text without marks is ``text``; its only marks are the message marks of ``site``
+    (``"m<site>"``) for messages ``0..len(starts)-1``, message ``j``'s at ``starts[j]`` in
+    ``text``."""
+
+    start: int
+    size: int
+    text: str
+    site: str
+    starts: list[int]
+
+
 def read_marks(
-    raw: str, nonce: str, n_messages: int, *, withdrawn: str | None, deadline: Deadline
+    raw: str,
+    nonce: str,
+    n_messages: int,
+    *,
+    withdrawn: str | None,
+    deadline: Deadline,
+    splice: Splice | None = None,
 ) -> TextRendering:
     """The text without its marks, and the positions they marked. ``withdrawn`` is why U_end
-    is unavailable (the template exposes none, or a probe could not be decided), else None."""
-    chunks = raw.split(nonce)
-    pieces = [chunks[0]]
-    length = len(chunks[0])
-    first_divergence: int | None = None
+    is unavailable (the template exposes none, or a probe could not be decided), else None.
+    With ``splice``, its stretch of ``raw`` is taken as read: what reading it would give."""
+    pieces: list[str] = []
     sites: dict[str, dict[str, int]] = {}  # "m<site>" -> "<index>" -> position, as written
     spans: list[Span] = []
-    open_at: int | None = None
-    for chunk in chunks[1:]:  # each: a mark's payload, CLOSE, then text up to the next mark
+    state: tuple[int, int | None, int | None] = (0, None, None)  # length, first divergence, open span
+    if splice is None:
+        state = _read(raw.split(nonce), pieces, sites, spans, state)
+    else:
+        state = _read(raw[: splice.start].split(nonce), pieces, sites, spans, state)
+        length = state[0]
+        pieces.append(splice.text)
+        positions = sites.setdefault(splice.site, {})
+        positions.update(zip(_indexes(len(splice.starts)), map(length.__add__, splice.starts), strict=True))
+        state = (length + len(splice.text), state[1], state[2])
+        state = _read(raw[splice.start + splice.size :].split(nonce), pieces, sites, spans, state)
+    text = "".join(pieces)
+    first_divergence = state[1]
+    if withdrawn is not None:
+        input_end, reason = None, withdrawn
+    elif first_divergence is not None:
+        input_end, reason = CharOffset(first_divergence), None
+    else:
+        # No probe disagreed: the generation flag changes nothing for this conversation.
+        input_end, reason = CharOffset(len(text)), None
+    starts = _message_starts(sites, n_messages)
+    return TextRendering(text, input_end, reason, starts, tuple(spans), deadline)
+
+
+def _read(
+    chunks: list[str],
+    pieces: list[str],
+    sites: dict[str, dict[str, int]],
+    spans: list[Span],
+    state: tuple[int, int | None, int | None],
+) -> tuple[int, int | None, int | None]:
+    """Read one stretch of raw text split on the nonce (text, then per mark its payload,
+    CLOSE and the text up to the next mark) into ``pieces``, ``sites`` and ``spans``, from
+    ``state`` (the text's length so far, the first divergence, an open span's start)."""
+    length, first_divergence, open_at = state
+    pieces.append(chunks[0])
+    length += len(chunks[0])
+    for chunk in chunks[1:]:
         payload, _, rest = chunk.partition(CLOSE)
         kind = payload[:1]
         if kind == "m":
@@ -78,17 +132,7 @@ def read_marks(
             open_at = None
         pieces.append(rest)
         length += len(rest)
-    text = "".join(pieces)
-
-    if withdrawn is not None:
-        input_end, reason = None, withdrawn
-    elif first_divergence is not None:
-        input_end, reason = CharOffset(first_divergence), None
-    else:
-        # No probe disagreed: the generation flag changes nothing for this conversation.
-        input_end, reason = CharOffset(len(text)), None
-    starts = _message_starts(sites, n_messages)
-    return TextRendering(text, input_end, reason, starts, tuple(spans), deadline)
+    return length, first_divergence, open_at
 
 
 def _message_starts(sites: dict[str, dict[str, int]], n: int) -> tuple[CharOffset | None, ...]:

@@ -117,6 +117,33 @@ def test_a_tau_bench_session_replays_most_of_its_history_as_a_chain() -> None:
     assert stats.chained_iterations > 0.7 * stats.reused_iterations > 0
 
 
+def test_reading_the_marks_skips_the_head_only_where_its_only_marks_are_message_marks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The head's text without marks comes from the last render (``marks.Splice``) when the
+    head holds no mark but its iterations' message marks; a head with a probe's mark inside
+    is read mark by mark. Either way the reading equals a full render's."""
+    import boundary.incremental as incremental_module
+
+    spliced: list[bool] = []
+    real = incremental_module.read_marks
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        spliced.append(kwargs.get("splice") is not None)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(incremental_module, "read_marks", recording)
+    for name, expected in [("last", True), ("namespace and loop as a whole", False)]:
+        source, incremental, limits = READS_PAST_THE_HEAD[name], Incremental(), RenderLimits()
+        spliced.clear()
+        for i, messages in enumerate(_turns()):
+            assert _render(incremental, source, messages, limits) == _full(source, messages, limits), (
+                name,
+                i,
+            )
+        assert any(spliced) is expected, name
+
+
 def test_reads_are_split_by_what_they_rest_on() -> None:
     cmp_ns = ("cmp", (("loop", "index0"), ("gt", ("ns", "ns", "k"))))
     cmp_len = ("cmp", (("loop", "index0"), ("gteq", ("len", "messages"))))
