@@ -7,7 +7,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -134,7 +134,11 @@ def _seen(prefix: SeenPrefix, items: list[Any]) -> int:
     return common
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=1000, deadline=None, derandomize=True, database=None)
+@example([None, []], 1, [[None]])  # `]` is the start of `] N a`: a bare item can be continued
+@example([None, None], 1, [(None,)])  # `N` then TUPLE1 twice: so can an item in a 1-tuple
+@example([0, {}], 1, [{"a": 1}])  # `}` is the start of `} X K s`
+@example([None, "a"], 1, [("a", 1)])
 @given(
     st.lists(_VALUES, min_size=1, max_size=6),
     st.integers(0, 6),
