@@ -112,10 +112,9 @@ class Chain:
     nonce: str
     text: str | None
     ends: list[int]
-    # the head's text without its marks, where each iteration starts and ends in it; None
-    # unless ``text`` is kept and its only marks are the iterations' message marks
+    # the head's text without its marks and where each iteration ends in it (the next one
+    # starts there); None unless ``text`` is kept and its only marks are the message marks
     plain: str | None = None
-    plain_starts: list[int] = field(default_factory=list)
     plain_ends: list[int] = field(default_factory=list)
 
     def changed(self, now: dict[tuple[str, str], Any]) -> set[tuple[str, str | None]]:
@@ -243,7 +242,7 @@ def next_chain(run: Any, raw: str) -> Chain | None:
         built.append(total_built)
         if is_event(entry):
             events.append(j)
-    text, ends, plain, plain_starts, plain_ends = _head_text(run, raw, head, old, p)
+    text, ends, plain, plain_ends = _head_text(run, raw, head, old, p)
     return Chain(
         run.source,
         run.outer,
@@ -259,21 +258,19 @@ def next_chain(run: Any, raw: str) -> Chain | None:
         text,
         ends,
         plain,
-        plain_starts,
         plain_ends,
     )
 
 
 def _head_text(
     run: Any, raw: str, head: int, old: Chain | None, p: int
-) -> tuple[str | None, list[int], str | None, list[int], list[int]]:
-    """The next chain's ``text``, ``ends``, ``plain``, ``plain_starts`` and ``plain_ends``:
+) -> tuple[str | None, list[int], str | None, list[int]]:
+    """The next chain's ``text``, ``ends``, ``plain`` and ``plain_ends``:
     the head taken from the chain replayed (its first ``p`` iterations), then the pieces of
     the iterations after it, up to ``head``."""
     text: str | None = None
     ends: list[int] = []
     plain: str | None = None
-    plain_starts: list[int] = []
     plain_ends: list[int] = []
     if run.positional:
         first = p if run.head_ends is not None else 0  # the pieces before it: ``head_text``
@@ -282,7 +279,7 @@ def _head_text(
         at = ends[-1] if first else 0
         plain_pieces: list[str] | None = []
         if first and old is not None and old.plain is not None:
-            plain_starts, plain_ends = old.plain_starts[:p], old.plain_ends[:p]
+            plain_ends = old.plain_ends[:p]
             plain_pieces = [old.plain[: plain_ends[-1]]]
         elif first:
             plain_pieces = None
@@ -297,7 +294,6 @@ def _head_text(
                 mark = f"{nonce}m{site}.{j}{CLOSE}"
                 if piece.startswith(mark) and piece.find(nonce, len(mark)) < 0:
                     plain_pieces.append(piece[len(mark) :])
-                    plain_starts.append(plain_at)
                     plain_at += len(piece) - len(mark)
                     plain_ends.append(plain_at)
                 else:  # a mark of another kind inside: the head is read mark by mark
@@ -306,8 +302,8 @@ def _head_text(
         if plain_pieces is not None:
             plain = "".join(plain_pieces)
         else:
-            plain_starts, plain_ends = [], []
-    return text, ends, plain, plain_starts, plain_ends
+            plain_ends = []
+    return text, ends, plain, plain_ends
 
 
 def head_splice(run: Any, raw: str) -> Splice | None:
@@ -323,5 +319,5 @@ def head_splice(run: Any, raw: str) -> Splice | None:
         len(run.head_text),
         chain.plain[: chain.plain_ends[p - 1]],
         f"m{run.plan.site}",
-        chain.plain_starts[:p],
+        [0, *chain.plain_ends[: p - 1]],
     )
