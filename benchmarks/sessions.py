@@ -24,7 +24,11 @@ other people's load), the least of ``--repeat`` passes, each with fresh sessions
   (``boundary.incremental``; the loop's unchanged head as one chain, ``incremental_chain``);
 - new text alone (a floor, not a path): the tokenizer encoding only the text after what this
   request shares with the previous one of its conversation, which any session must encode;
-  transformers over it bounds what a session can reach on the workload.
+  transformers over it bounds what a session can reach on the workload;
+- the template alone (a second floor): transformers ``apply_chat_template(tokenize=False)``,
+  one plain Jinja run of the template over the request, nothing tokenized. Any design that
+  runs the template once per request pays about this much (ours adds the sandbox's checks
+  and the loop's replay), so transformers over it bounds such a design from above.
 
 Mismatches are counted, not raised: each session's text, ids, U_end and P_end against the
 cold render, and the cold render's ids against transformers'.
@@ -66,7 +70,7 @@ from boundary.sandbox import RenderLimits
 from boundary.session import Session
 
 clock = time.process_time
-PATHS = ("transformers", "cold", "session full", "session incremental", "new text alone")
+PATHS = ("transformers", "cold", "session full", "session incremental", "new text alone", "template alone")
 BUCKETS = [(1, 4), (5, 9), (10, 19), (20, 39), (40, 10**9)]
 
 
@@ -118,6 +122,8 @@ def run(
         t5 = clock()
         fam.tokenizer.encode(new_text)
         t6 = clock()
+        hf.apply_chat_template(prepared, add_generation_prompt=True, tokenize=False, **kwargs)
+        t7 = clock()
         previous = cold.text
         same = (cold.text, cold.token_ids, cold.u_end, cold.p_end)
         mismatches["session incremental vs cold"] += (
@@ -128,7 +134,7 @@ def run(
         ) != same
         mismatches["session full vs cold"] += (whole.text, whole.token_ids, whole.u_end, whole.p_end) != same
         mismatches["cold ids vs transformers"] += _ids(reference) != cold.token_ids
-        rows.append((len(request), [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5]))
+        rows.append((len(request), [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t7 - t6]))
     for _, incremental in sessions.values():
         reused += incremental.stats.reused_iterations
         rendered += incremental.stats.rendered_iterations
@@ -190,7 +196,7 @@ def report(workload: str, result: dict[str, Any]) -> None:
     print(
         "| messages | requests | "
         + " | ".join(PATHS)
-        + " | cold × | session full × | session incremental × | bound × |"
+        + " | cold × | session full × | session incremental × | bound × | template bound × |"
     )
     print("|---|---:|" + "---:|" * (2 * len(PATHS) - 1))
     for lo, hi in [*BUCKETS, (1, 10**9)]:

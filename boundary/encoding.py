@@ -52,8 +52,9 @@ non-whitespace character), so a model-produced id or trimmed offsets never yield
 token boundary safe, added tokens matched verbatim; plain segments are encoded with tiktoken
 (about ten times faster than ``tokenizers`` on one core) after the vocabulary's own
 normalizer (``tokenizers``' NFC, whose Unicode tables differ from Python's ``unicodedata``),
-skipped on ASCII segments, which NFC leaves unchanged. The tests check identity on a corpus
-and on every request of the tau-bench replay.
+skipped on ASCII segments, which NFC leaves unchanged. Long plain segments are kept across
+requests by exact text (``boundary.segment_cache``). The tests check identity on a corpus and
+on every request of the tau-bench replay.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ import tokenizers
 
 from boundary.offsets import ByteTokenMap, CharOffset, TokenMap, TokenOffset
 from boundary.rank_files import RankFile
+from boundary.segment_cache import SegmentCache
 
 # Pre-tokenizers that split and rewrite each piece on its own, wherever the piece lies.
 _PIECEWISE_PRE_TOKENIZERS = frozenset(
@@ -303,7 +305,8 @@ class SegmentEncoder:
     leave ASCII text unchanged (NFC does). ``fallback``: the same vocabulary's ``tokenizers``
     encoding of one plain segment (same ids), used for a segment tiktoken cannot encode (its
     regex engine panics on a whitespace run of about a million characters). With a ``clock``,
-    ``encode`` reads it after every ``_CHARS_PER_CLOCK`` characters encoded.
+    ``encode`` reads it after every ``_CHARS_PER_CLOCK`` characters encoded. Plain segments of
+    ``SegmentCache.min_chars`` or more go through ``cache`` (kept by exact text, across requests).
     """
 
     __slots__ = (
@@ -314,6 +317,7 @@ class SegmentEncoder:
         "_pattern",
         "_pattern_str",
         "_rank_file",
+        "cache",
     )
 
     def __init__(
@@ -332,6 +336,7 @@ class SegmentEncoder:
         self._normalize = normalize
         self._fallback = fallback
         self._added_lengths = {i: len(t.encode("utf-8")) for t, i in self._added.items()}
+        self.cache = SegmentCache()
 
     def encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], list[int], list[int]]:
         """``text``'s ids and its cuts as two parallel lists: the cuts' chars and their tokens
@@ -367,7 +372,6 @@ class SegmentEncoder:
     def _encode(
         self, text: str, bpe: Callable[[str], list[int]], clock: Clock | None
     ) -> tuple[list[int], list[int], list[int]]:
-        normalize = self._normalize
         added = self._added
         ids: list[int] = []
         chars: list[int] = []
@@ -376,8 +380,7 @@ class SegmentEncoder:
         for match in self._pattern.finditer(text):
             start, end = match.span()
             if start > pos:
-                segment = text[pos:start]
-                ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
+                ids.extend(self._plain(text[pos:start], bpe))
                 if clock is not None and start - read_at > _CHARS_PER_CLOCK:
                     clock.check_tokenizing()
                     read_at = start
@@ -387,11 +390,22 @@ class SegmentEncoder:
             tokens += (at, at + 1)
             pos = end
         if pos < len(text):
-            segment = text[pos:]
-            ids.extend(bpe(segment if normalize is None or segment.isascii() else normalize(segment)))
+            ids.extend(self._plain(text[pos:], bpe))
         if clock is not None:
             clock.check_tokenizing()
         return ids, chars, tokens
+
+    def _plain(self, segment: str, bpe: Callable[[str], list[int]]) -> Sequence[int]:
+        """One plain segment's ids: normalized first unless ASCII; kept by the cache if long."""
+        long = len(segment) >= self.cache.min_chars
+        found = self.cache.get(segment) if long else None
+        if found is not None:
+            return found
+        normalize = self._normalize
+        ids = bpe(segment if normalize is None or segment.isascii() else normalize(segment))
+        if long:
+            self.cache.put(segment, ids)
+        return ids
 
 
 class CutTokenMap:
