@@ -12,7 +12,8 @@ ones is ``SeenPrefix.common``), the template run (``template_run._run``, of whic
 unchanged head is ``incremental_chain.replay_chain`` and the other replayed iterations
 ``Run._replay_run``), reading the marks, keeping the iterations for the next request
 (``Incremental._keep``) and encoding (``Session._encode``). One warm-up pass, then one timed
-pass; the heap frozen after the warm-up, as in ``sessions.py``. The stages nest, so they do
+pass; the heap frozen after the warm-up, as in ``sessions.py``; each pass starts with an empty
+segment cache (``boundary.segment_cache``). The stages nest, so they do
 not add up to the total; the timer itself costs about 0.1 µs a stage.
 
 Usage: python benchmarks/session_stages.py [--family qwen3_5] [--trajectories 60]
@@ -33,6 +34,7 @@ import boundary
 from boundary import incremental, incremental_run, template_run
 from boundary.incremental_run import Run
 from boundary.request.identity import SeenPrefix
+from boundary.segment_cache import SegmentCache
 from boundary.session import Session
 
 BUCKETS = ((5, 9), (30, 40))
@@ -77,6 +79,8 @@ def main() -> None:
         _timed(owner, name, label, spent, on)
 
     def one_pass(bucket: tuple[int, int]) -> int:
+        if fam.tokenizer.segments is not None:  # no segment seen in an earlier pass
+            fam.tokenizer.segments.cache = SegmentCache()
         sessions: dict[str, Session] = {}
         counted = 0
         for name, request in requests:

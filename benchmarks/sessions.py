@@ -30,6 +30,10 @@ other people's load), the least of ``--repeat`` passes, each with fresh sessions
   runs the template once per request pays about this much (ours adds the sandbox's checks
   and the loop's replay), so transformers over it bounds such a design from above.
 
+Each path has its own segment cache (``boundary.segment_cache``, the ids of long segments
+kept across requests), empty at the start of each pass: a segment one path encoded never
+serves another path, nor the next pass.
+
 Mismatches are counted, not raised: each session's text, ids, U_end and P_end against the
 cold render, and the cold render's ids against transformers'.
 
@@ -59,7 +63,7 @@ import gc
 import json
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boundary
@@ -67,6 +71,7 @@ from boundary.datasets import tau_bench_airline
 from boundary.experiment.workloads import mt_bench
 from boundary.prefixes import common_prefix_length
 from boundary.sandbox import RenderLimits
+from boundary.segment_cache import SegmentCache
 from boundary.session import Session
 
 clock = time.process_time
@@ -90,6 +95,20 @@ def _ids(encoded: Any) -> list[int]:
     return list(encoded["input_ids"] if isinstance(encoded, dict) or hasattr(encoded, "keys") else encoded)
 
 
+def segment_caches(fam: boundary.Family) -> Callable[[str], None]:
+    """``use(path)`` gives the tokenizer the segment cache (``boundary.segment_cache``) of
+    ``path``, its own and empty at first: one path's encodings never serve another's (a
+    deployment takes one path), nor one pass's the next."""
+    segments = fam.tokenizer.segments
+    caches = {path: SegmentCache() for path in PATHS}
+
+    def use(path: str) -> None:
+        if segments is not None:
+            segments.cache = caches[path]
+
+    return use
+
+
 def run(
     fam: boundary.Family, hf: Any, workload: str, trajectories: int, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
@@ -99,6 +118,7 @@ def run(
     sessions: dict[str, tuple[Session, Session]] = {}
     previous = ""  # the text of the conversation's previous request
     reused = rendered = chained = 0
+    use = segment_caches(fam)
     for name, request in _requests(workload, trajectories):
         if name not in sessions:
             for _, incremental in sessions.values():
@@ -112,13 +132,17 @@ def run(
         t0 = clock()
         reference = hf.apply_chat_template(prepared, add_generation_prompt=True, tokenize=True, **kwargs)
         t1 = clock()
+        use("cold")
         cold = fam.render(request, **kwargs)
         t2 = clock()
+        use("session full")
         whole = full.render(request, **kwargs)
         t3 = clock()
+        use("session incremental")
         warm = incremental.render(request, **kwargs)
         t4 = clock()
         new_text = cold.text[common_prefix_length(previous, cold.text) :]
+        use("new text alone")
         t5 = clock()
         fam.tokenizer.encode(new_text)
         t6 = clock()
