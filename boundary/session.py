@@ -91,7 +91,7 @@ class Session:
         self._tools_key: tuple[bool, str, ContentKey] | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._text = ""
-        self._ids: list[int] = []
+        self._ids: list[int] = []  # the last request's ids, this session's own list
         self._cut_chars: list[int] = []  # the safe cuts of ``_ids``: their chars ...
         self._cut_tokens: list[int] = []  # ... and their tokens
         self._incremental = Incremental(enabled=incremental, min_messages=_MIN_MESSAGES)
@@ -198,7 +198,10 @@ class Session:
         k = bisect_right(self._cut_chars, shared - tok.cut_rule.lookahead) - 1
         start, start_token = (self._cut_chars[k], self._cut_tokens[k]) if k >= 0 else (0, 0)
         suffix = tok.encode(text[start:], with_cuts=True, clock=clock)
-        ids = self._ids[:start_token] + suffix.ids
+        kept = self._ids  # never handed out: a caller may change the ids it is given
+        del kept[start_token:]
+        kept += suffix.ids
+        ids = suffix.ids if start == 0 else kept.copy()
         new_chars, new_tokens = suffix.cut_chars or [], suffix.cut_tokens or []
         skip = bisect_right(new_chars, 0)  # cuts at the suffix's start: the kept cut, or none
         if start:
@@ -208,7 +211,7 @@ class Session:
             new_chars, new_tokens = new_chars[skip:], new_tokens[skip:]
         chars = self._cut_chars[: k + 1] + new_chars
         tokens = self._cut_tokens[: k + 1] + new_tokens
-        self._text, self._ids, self._cut_chars, self._cut_tokens = text, ids, chars, tokens
+        self._text, self._cut_chars, self._cut_tokens = text, chars, tokens
         self.stats.requests += 1
         self.stats.reused_tokens += start_token
         self.stats.encoded_tokens += len(suffix.ids)

@@ -142,6 +142,30 @@ def test_messages_mutated_in_place_between_turns_are_seen() -> None:
     assert session.render(msgs).token_ids == fam.render(msgs).token_ids
 
 
+def test_a_caller_changing_the_ids_it_was_given_leaves_the_session_right() -> None:
+    """A rendering's ids are the caller's own list: cutting, clearing or overwriting them (say,
+    to strip the generation prompt) changes nothing a later request reuses, nor the map of
+    a rendering given before."""
+    fam = family("qwen3_5")
+    trajectory = tau_bench_airline()[0]
+    requests = [trajectory[:i] for i, m in enumerate(trajectory) if m["role"] == "assistant"]
+    for change in (
+        lambda ids: ids.clear(),
+        lambda ids: ids.__delitem__(slice(-3, None)),
+        lambda ids: ids.reverse(),
+    ):
+        session = fam.session()
+        earlier = None
+        for request in requests:
+            warm = session.render(request)
+            cold = fam.render(request)
+            assert warm.token_ids == cold.token_ids
+            if earlier is not None:  # the earlier rendering's own map still reads its own text
+                assert earlier[0].boundary_at(earlier[1]) == earlier[2]
+            earlier = (warm, warm.input_end.char, warm.input_end)
+            change(warm.token_ids)
+
+
 def test_tools_and_sanitizing_can_change_mid_session() -> None:
     fam = family("qwen3_5")
     case = next(c for c in fixture_cases() if c["name"] == "tool_loop_two_steps")
