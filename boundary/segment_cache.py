@@ -23,7 +23,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 MIN_CHARS = 1024  # shorter segments encode in about the time a lookup takes
-MAX_CHARS = 1 << 22  # characters held in all
+MAX_CHARS = 1 << 20  # characters held in all: about 250,000 ids, some 10 MB with the text
 MAX_SEEN = 4096  # hashes of segments seen once
 
 

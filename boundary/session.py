@@ -183,6 +183,9 @@ class Session:
     def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool, target: RenderTarget) -> None:
         """Validate and normalize ``tools`` unless exactly these were, under this ``strict``
         and ``target``."""
+        if tools is None:
+            self._tools, self._tools_key = None, None
+            return
         key = items_key(tools)
         if key is None or (strict, target.name, key) != self._tools_key:
             sent = None if tools is None else [as_read(t) for t in tools]
