@@ -13,7 +13,8 @@ the assistant message that follows, with seeded synthetic reasoning). In the sam
   rendering with U_end, the model's output written and read back, D_end settled against the
   next request with its cause, reuse of every earlier checkpoint, stability horizon).
 
-Reported: turns per second for each, best of ``--repeat`` full passes, and the ratio.
+Reported: turns per second for each, best of ``--repeat`` full passes, and the ratio. Each
+pass starts with an empty segment cache (``boundary.segment_cache``).
 
 Usage: python benchmarks/audit.py [--family qwen3_5] [--trajectories 200] [--repeat 3]
 """
@@ -26,6 +27,7 @@ import time
 
 import boundary
 from boundary.audit.runner import AuditSettings, audit_requests
+from boundary.segment_cache import SegmentCache
 from boundary.trace import sessions, tau_bench_trace
 
 
@@ -58,6 +60,8 @@ def main() -> None:
     settings = AuditSettings(variant=args.variant, template_kwargs=kwargs)
 
     def ours() -> None:
+        if fam.tokenizer.segments is not None:  # no segment kept from the pass before
+            fam.tokenizer.segments.cache = SegmentCache()
         audit_requests(fam, trace, settings)
 
     audit_requests(fam, trace[:50], settings)  # warm caches (compiled templates) on both sides
