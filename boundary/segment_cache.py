@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-MIN_CHARS = 1024  # shorter segments encode in about the time a lookup takes
+MIN_CHARS = 1024  # a shorter segment encodes in a few µs; keeping it would spend the bound on many small ones
 MAX_CHARS = 1 << 20  # characters held in all: about 250,000 ids, some 10 MB with the text
 MAX_SEEN = 4096  # hashes of segments seen once
 
