@@ -13,7 +13,9 @@ a session's first one and cold renders alike.
 Admission: a segment is kept only the second time it is seen (the hash of each segment seen
 once is remembered, a bounded number of them), so text seen once (a user's prose, a tool's
 result) neither fills the cache nor pushes out the shared segments. Bounded by the characters
-held, least recently used dropped first; one lock makes it safe to share between threads.
+and the ids held (at most about 14 MB with the defaults: 2^20 characters, up to 4 bytes each,
+and 2^18 ids, an int and a pointer each), least recently used dropped first; one lock makes
+it safe to share between threads.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 MIN_CHARS = 1024  # a shorter segment encodes in a few µs; keeping it would spend the bound on many small ones
-MAX_CHARS = 1 << 20  # characters held in all: about 250,000 ids, some 10 MB with the text
+MAX_CHARS = 1 << 20  # characters held in all
+MAX_IDS = 1 << 18  # ids held in all
 MAX_SEEN = 4096  # hashes of segments seen once
 
 
@@ -31,20 +34,37 @@ class SegmentCache:
     """Ids by exact segment text, for segments of at least ``min_chars`` characters.
 
     Invariant: ``get(s)`` is None or the ids ``put(s, ids)`` was given for that very string,
-    which the caller's encoder produced for it; a segment over ``max_chars // 16``
-    characters is never kept (no one segment takes the cache over).
+    which the caller's encoder produced for it; at most ``max_chars`` characters and
+    ``max_ids`` ids are held, and a segment over a sixteenth of either is never kept (no one
+    segment takes the cache over).
     """
 
-    __slots__ = ("_chars", "_ids", "_lock", "_seen", "hits", "max_chars", "max_seen", "min_chars")
+    __slots__ = (
+        "_chars",
+        "_held",
+        "_ids",
+        "_lock",
+        "_seen",
+        "hits",
+        "max_chars",
+        "max_ids",
+        "max_seen",
+        "min_chars",
+    )
 
     def __init__(
-        self, *, min_chars: int = MIN_CHARS, max_chars: int = MAX_CHARS, max_seen: int = MAX_SEEN
+        self,
+        *,
+        min_chars: int = MIN_CHARS,
+        max_chars: int = MAX_CHARS,
+        max_ids: int = MAX_IDS,
+        max_seen: int = MAX_SEEN,
     ) -> None:
-        self.min_chars, self.max_chars, self.max_seen = min_chars, max_chars, max_seen
+        self.min_chars, self.max_chars, self.max_ids, self.max_seen = min_chars, max_chars, max_ids, max_seen
         self.hits = 0
         self._ids: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self._seen: OrderedDict[int, None] = OrderedDict()
-        self._chars = 0
+        self._chars = self._held = 0  # characters and ids held
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -61,7 +81,7 @@ class SegmentCache:
 
     def put(self, segment: str, ids: Sequence[int]) -> None:
         """Offer ``segment``'s ids (its encoding): kept if the segment was seen before."""
-        if len(segment) > self.max_chars // 16:
+        if len(segment) > self.max_chars // 16 or len(ids) > self.max_ids // 16:
             return
         key = hash(segment)
         with self._lock:
@@ -75,6 +95,8 @@ class SegmentCache:
                 return
             self._ids[segment] = tuple(ids)
             self._chars += len(segment)
-            while self._chars > self.max_chars:
-                dropped, _ = self._ids.popitem(last=False)
+            self._held += len(ids)
+            while self._chars > self.max_chars or self._held > self.max_ids:
+                dropped, dropped_ids = self._ids.popitem(last=False)
                 self._chars -= len(dropped)
+                self._held -= len(dropped_ids)

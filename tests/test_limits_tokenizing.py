@@ -29,10 +29,11 @@ BOUND_MIB = 600 * DEFAULT_LIMITS.max_output_chars // 2**20  # 600 bytes a charac
 ADDRESS_SPACE_MIB = 2048
 TIME_CAP_S = 60.0
 
-# n chunks of 64 Ki characters of s, <|im_start|> (a safe cut) after every `every`-th, and U_end in
-# the middle (placing it may encode the segment around it once more).
+# n chunks of 64 Ki characters of s, each ending in its index (no two alike within a half, so
+# the segment cache serves none of them), <|im_start|> (a safe cut) after every `every`-th, and
+# U_end in the middle (placing it may encode the segment around it once more).
 _HALF = (
-    "{% for i in range(n // 2) %}{{ s * (65536 // s|length) }}"
+    "{% for i in range(n // 2) %}{{ s * (65536 // s|length) }}{{ i }}"
     "{% if i % every == every - 1 %}<|im_start|>{% endif %}{% endfor %}"
 )
 BIG = _HALF + "{% if add_generation_prompt %}y{% endif %}" + _HALF

@@ -1,7 +1,7 @@
 """Long plain segments are kept across requests by exact text, and kept ids are the encoder's own.
 
-The cache alone: admitted on the second sighting, bounded by characters (least recently used
-dropped first), a segment too large never kept, the once-seen hashes bounded. Through the
+The cache alone: admitted on the second sighting, bounded by characters and by ids (least
+recently used dropped first), a segment too large never kept, the once-seen hashes bounded. Through the
 tiktoken path: a long segment that NFC rewrites encodes as ``tokenizers`` does on every
 sighting (kept or not), tau-bench renders that share a system prompt hit the cache and still
 give transformers' ids, and threads sharing one encoder get the same ids.
@@ -43,14 +43,26 @@ def test_the_least_recently_used_segment_goes_first_when_characters_run_over() -
     assert len(cache) == 16
 
 
-def test_a_segment_over_a_sixteenth_of_the_bound_is_never_kept() -> None:
-    cache = SegmentCache(min_chars=1, max_chars=160)
+def test_the_ids_held_are_bounded_as_the_characters_are() -> None:
+    """Text with many ids a character (emoji) is bounded by its ids."""
+    cache = SegmentCache(min_chars=1, max_ids=64)
+    for letter in "abcdefghijklmnopqr":  # 18 one-character segments of 4 ids each: 72 ids
+        cache.put(letter, [ord(letter)] * 4)
+        cache.put(letter, [ord(letter)] * 4)
+    assert len(cache) == 16  # 64 ids held: the two least recently used went
+    assert cache.get("a") is None and cache.get("b") is None
+    assert cache.get("c") == (ord("c"),) * 4
+
+
+def test_a_segment_over_a_sixteenth_of_either_bound_is_never_kept() -> None:
+    cache = SegmentCache(min_chars=1, max_chars=160, max_ids=160)
     for _ in range(3):
         cache.put("z" * 11, [1])
-    assert cache.get("z" * 11) is None
-    cache.put("z" * 10, [1])
-    cache.put("z" * 10, [1])
-    assert cache.get("z" * 10) == (1,)
+        cache.put("y", [1] * 11)
+    assert cache.get("z" * 11) is None and cache.get("y") is None
+    cache.put("z" * 10, [1] * 10)
+    cache.put("z" * 10, [1] * 10)
+    assert cache.get("z" * 10) == (1,) * 10
 
 
 def test_the_segments_seen_once_are_bounded() -> None:
