@@ -30,6 +30,7 @@ from typing import Any, Protocol
 import jinja2
 from jinja2.runtime import LoopContext
 
+from boundary import template_run
 from boundary.incremental_chain import Chain, NamespaceRead, Read, replay_chain, split_reads
 from boundary.incremental_keys import FALSE, TRUE, Keys
 from boundary.incremental_plan import Plan
@@ -106,7 +107,7 @@ class Counted:
         self.size = 0
 
     def new_context(self, context: dict[str, Any]) -> Any:
-        return self._template.new_context(context)
+        return template_run.new_context(self._template, context)
 
     def root_render_func(self, context: Any) -> Any:
         for chunk in self._template.root_render_func(context):

@@ -17,6 +17,7 @@ spans, all from that one pass.
 from __future__ import annotations
 
 import secrets
+from collections import ChainMap
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -346,6 +347,22 @@ class TemplateRunner(Protocol):
         now: datetime | None,
         limits: RenderLimits,
     ) -> TextRendering: ...
+
+
+def new_context(template: jinja2.Template, context: dict[str, Any]) -> jinja2.runtime.Context:
+    """``template.new_context(context)``, the same context: jinja2 builds it from the template's
+    globals, a ``ChainMap`` it reads key by key in Python twice a render; flattened here in C."""
+    chained = template.globals
+    flat: dict[str, Any] = {}
+    if isinstance(chained, ChainMap):
+        for mapping in reversed(chained.maps):
+            flat.update(mapping)
+    else:  # pragma: no cover  (jinja2 3.x: always a ChainMap)
+        flat.update(chained)
+    parent = {**flat, **context}
+    return jinja2.runtime.new_context(
+        template.environment, template.name, template.blocks, parent, True, flat
+    )
 
 
 def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder, deadline: Deadline) -> str:
