@@ -30,7 +30,6 @@ from typing import Any, Protocol
 import jinja2
 from jinja2.runtime import LoopContext
 
-from boundary import template_run
 from boundary.incremental_chain import Chain, NamespaceRead, Read, replay_chain, split_reads
 from boundary.incremental_keys import FALSE, TRUE, Keys
 from boundary.incremental_plan import Plan
@@ -99,15 +98,14 @@ class Counted:
     """The compiled template as ``template_run._run`` draws it, counting the characters drawn so
     far: a hook reads where in the raw output it stands."""
 
-    __slots__ = ("_template", "environment", "size")
+    __slots__ = ("_template", "blocks", "environment", "globals", "name", "size")
 
     def __init__(self, template: jinja2.Template) -> None:
         self._template = template
-        self.environment = template.environment
+        # what ``template_run.new_context`` reads of a template
+        self.environment, self.globals = template.environment, template.globals
+        self.name, self.blocks = template.name, template.blocks
         self.size = 0
-
-    def new_context(self, context: dict[str, Any]) -> Any:
-        return template_run.new_context(self._template, context)
 
     def root_render_func(self, context: Any) -> Any:
         for chunk in self._template.root_render_func(context):

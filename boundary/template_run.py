@@ -374,7 +374,7 @@ def _run(template: jinja2.Template, context: dict[str, Any], recorder: _Recorder
     tokens = limited(deadline), _RECORDER.set(recorder)
     try:
         try:
-            for chunk in template.root_render_func(template.new_context(context)):
+            for chunk in template.root_render_func(new_context(template, context)):
                 size += len(chunk)
                 chunks.append(chunk)
                 if size > limits.max_output_chars:

@@ -241,3 +241,24 @@ def test_each_render_marks_with_a_fresh_nonce_that_a_message_cannot_forge(monkey
     assert nonces[-1] != nonces[-2]
     # the same render with the nonce replayed reads the forged marks: why the nonce must be fresh
     assert replayed.text != expected
+
+
+def test_a_renders_context_is_the_one_jinja2_builds() -> None:
+    """``template_run.new_context`` flattens the template's globals itself: the same parent
+    (keys, order, values: a template's own globals before the environment's), the same
+    global names, for a shipped template and for one with globals of its own."""
+    import jinja2
+
+    from boundary.template_run import new_context
+
+    shipped = compile_template(boundary.load_family("qwen3_5").template()).template
+    env = jinja2.Environment()
+    env.globals["shadowed"] = "environment"
+    own = env.from_string("{{ shadowed }} {{ mine }}", globals={"shadowed": "template", "mine": 1})
+    context = {"messages": [], "add_generation_prompt": True, "mine": 2}
+    for template in (shipped, own):
+        theirs, ours = template.new_context(dict(context)), new_context(template, dict(context))
+        assert list(ours.parent.items()) == list(theirs.parent.items())
+        assert ours.globals_keys == theirs.globals_keys
+        assert (ours.name, ours.blocks, ours.environment) == (theirs.name, theirs.blocks, theirs.environment)
+    assert "".join(own.root_render_func(new_context(own, {}))) == "template 1"
