@@ -188,7 +188,7 @@ class Session:
             return
         key = items_key(tools)
         if key is None or (strict, target.name, key) != self._tools_key:
-            sent = None if tools is None else [as_read(t) for t in tools]
+            sent = [as_read(t) for t in tools]
             self._tools = template_tools(target, parse_tools(tools, strict=strict), sent)
             self._tools_key = None if key is None else (strict, target.name, key)
 
@@ -202,6 +202,7 @@ class Session:
         start, start_token = (self._cut_chars[k], self._cut_tokens[k]) if k >= 0 else (0, 0)
         suffix = tok.encode(text[start:], with_cuts=True, clock=clock)
         kept = self._ids  # never handed out: a caller may change the ids it is given
+        self._text = ""  # nothing is reused from ``kept`` unless this request's encode completes
         del kept[start_token:]
         kept += suffix.ids
         ids = suffix.ids if start == 0 else kept.copy()
