@@ -110,3 +110,11 @@ def test_threads_sharing_one_encoder_get_the_same_ids() -> None:
     expected = [tok.backend.encode(t, add_special_tokens=False).ids for t in texts]
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(lambda t: tok.encode(t).ids, texts)) == expected
+
+
+def test_a_cache_bounded_to_nothing_keeps_nothing() -> None:
+    """``SegmentCache(max_chars=0)`` is how a deployment turns the cache off."""
+    cache = SegmentCache(min_chars=1, max_chars=0)
+    for _ in range(3):
+        cache.put("a system prompt", [1, 2, 3])
+    assert cache.get("a system prompt") is None and len(cache) == 0
