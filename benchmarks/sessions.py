@@ -25,10 +25,18 @@ other people's load), the least of ``--repeat`` passes, each with fresh sessions
 - new text alone (a floor, not a path): the tokenizer encoding only the text after what this
   request shares with the previous one of its conversation, which any session must encode;
   transformers over it bounds what a session can reach on the workload;
-- the template alone (a second floor): transformers ``apply_chat_template(tokenize=False)``,
-  one plain Jinja run of the template over the request, nothing tokenized. Any design that
-  runs the template once per request pays about this much (ours adds the sandbox's checks
+- the template alone (a second floor): one plain Jinja run of the template over the request,
+  nothing tokenized: transformers' own compiled template (``_compile_jinja_template``, the
+  sandboxed environment transformers renders in) rendered with the arguments
+  ``apply_chat_template`` passes it, without transformers' wrapper around it. Any design that
+  runs the template once per request pays at least this much (ours adds the sandbox's checks
   and the loop's replay), so transformers over it bounds such a design from above.
+
+A third bound, "one-run bound ×", holds for any design that keeps nothing across
+conversations: a conversation's first request has nothing earlier to reuse, so its template
+runs in full at least once; and every request encodes its new text. Transformers' time over
+the template alone on first requests plus the new text alone on every request is the most
+such a design could reach, were all its other work free.
 
 Each path has its own segment cache (``boundary.segment_cache``, the ids of long segments
 kept across requests), empty at the start of each pass: a segment one path encoded never
@@ -66,6 +74,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from transformers.utils.chat_template_utils import _compile_jinja_template
+
 import boundary
 from boundary.datasets import tau_bench_airline
 from boundary.experiment.workloads import mt_bench
@@ -76,6 +86,7 @@ from boundary.session import Session
 
 clock = time.process_time
 PATHS = ("transformers", "cold", "session full", "session incremental", "new text alone", "template alone")
+NEW_TEXT, TEMPLATE = PATHS.index("new text alone"), PATHS.index("template alone")
 BUCKETS = [(1, 4), (5, 9), (10, 19), (20, 39), (40, 10**9)]
 
 
@@ -112,15 +123,24 @@ def segment_caches(fam: boundary.Family) -> Callable[[str], None]:
 def run(
     fam: boundary.Family, hf: Any, workload: str, trajectories: int, kwargs: dict[str, Any]
 ) -> dict[str, Any]:
-    """One pass. Per request: (messages, seconds per path); and the mismatch counts."""
-    rows: list[tuple[int, list[float]]] = []
-    mismatches = {"session incremental vs cold": 0, "session full vs cold": 0, "cold ids vs transformers": 0}
+    """One pass. Per request: (messages, whether it opens its conversation, seconds per path);
+    and the mismatch counts."""
+    rows: list[tuple[int, bool, list[float]]] = []
+    mismatches = {
+        "session incremental vs cold": 0,
+        "session full vs cold": 0,
+        "cold ids vs transformers": 0,
+        "template alone text vs cold": 0,
+    }
+    template = _compile_jinja_template(hf.chat_template)
+    template_kwargs = {**hf.special_tokens_map, **kwargs}  # as ``apply_chat_template`` passes them
     sessions: dict[str, tuple[Session, Session]] = {}
     previous = ""  # the text of the conversation's previous request
     reused = rendered = chained = 0
     use = segment_caches(fam)
     for name, request in _requests(workload, trajectories):
-        if name not in sessions:
+        first = name not in sessions
+        if first:
             for _, incremental in sessions.values():
                 reused += incremental.stats.reused_iterations
                 rendered += incremental.stats.rendered_iterations
@@ -146,7 +166,9 @@ def run(
         t5 = clock()
         fam.tokenizer.encode(new_text)
         t6 = clock()
-        hf.apply_chat_template(prepared, add_generation_prompt=True, tokenize=False, **kwargs)
+        alone = template.render(
+            messages=prepared, tools=None, documents=None, add_generation_prompt=True, **template_kwargs
+        )
         t7 = clock()
         previous = cold.text
         same = (cold.text, cold.token_ids, cold.u_end, cold.p_end)
@@ -158,7 +180,8 @@ def run(
         ) != same
         mismatches["session full vs cold"] += (whole.text, whole.token_ids, whole.u_end, whole.p_end) != same
         mismatches["cold ids vs transformers"] += _ids(reference) != cold.token_ids
-        rows.append((len(request), [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t7 - t6]))
+        mismatches["template alone text vs cold"] += alone != cold.text
+        rows.append((len(request), first, [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t7 - t6]))
     for _, incremental in sessions.values():
         reused += incremental.stats.reused_iterations
         rendered += incremental.stats.rendered_iterations
@@ -214,34 +237,57 @@ def _ms(xs: list[float]) -> str:
     return f"{statistics.mean(xs) * 1e3:.3f}"
 
 
+Row = tuple[int, bool, list[float]]  # (messages, opens its conversation, seconds per path)
+
+
+def one_run_bound(rows: list[Row]) -> float:
+    """Transformers' time over the least that a design keeping nothing across conversations
+    spends: the template alone on each conversation's first request, the new text alone on
+    every request."""
+    least = sum(t[TEMPLATE] for _, first, t in rows if first) + sum(t[NEW_TEXT] for _, _, t in rows)
+    return sum(t[0] for _, _, t in rows) / least
+
+
+def growth(rows: list[Row], path: int, beyond: int | None = None) -> float | None:
+    """Mean cost of ``path`` at 30–40 messages over its mean at 5–9 (None: a bucket is empty);
+    with ``beyond``, of what ``path`` costs more than that path."""
+
+    def cost(t: list[float]) -> float:
+        return t[path] - (t[beyond] if beyond is not None else 0.0)
+
+    mid = [cost(t) for n, _, t in rows if 5 <= n <= 9]
+    late = [cost(t) for n, _, t in rows if 30 <= n <= 40]
+    return statistics.mean(late) / statistics.mean(mid) if mid and late else None
+
+
 def report(workload: str, result: dict[str, Any]) -> None:
-    rows = result["rows"]
+    rows: list[Row] = result["rows"]
     print(f"\n### {workload}: {len(rows)} requests; mean ms/request (speed-up = transformers / path)\n")
     print(
         "| messages | requests | "
         + " | ".join(PATHS)
-        + " | cold × | session full × | session incremental × | bound × | template bound × |"
+        + " | cold × | session full × | session incremental × | bound × | template bound ×"
+        + " | one-run bound × |"
     )
-    print("|---|---:|" + "---:|" * (2 * len(PATHS) - 1))
+    print("|---|---:|" + "---:|" * (2 * len(PATHS)))
     for lo, hi in [*BUCKETS, (1, 10**9)]:
-        sel = [r[1] for r in rows if lo <= r[0] <= hi]
+        sel = [r for r in rows if lo <= r[0] <= hi]
         if not sel:
             continue
         label = "all" if (lo, hi) == (1, 10**9) else (f"{lo}–{hi}" if hi < 10**9 else f"{lo}+")
-        cols = [[r[k] for r in sel] for k in range(len(PATHS))]
+        cols = [[t[k] for _, _, t in sel] for k in range(len(PATHS))]
         speed = [f"{sum(cols[0]) / sum(c):.1f}×" for c in cols[1:]]
+        speed.append(f"{one_run_bound(sel):.1f}×")
         print(
             f"| {label} | {len(sel)} | " + " | ".join(_ms(c) for c in cols) + " | " + " | ".join(speed) + " |"
         )
     for k, path in enumerate(PATHS):
-        mid = [r[1][k] for r in rows if 5 <= r[0] <= 9]
-        late = [r[1][k] for r in rows if 30 <= r[0] <= 40]
-        if mid and late:
-            print(
-                f"\n{path}: a request at 30–40 messages costs "
-                f"{statistics.mean(late) / statistics.mean(mid):.2f}× one at 5–9",
-                end="",
-            )
+        ratio = growth(rows, k)
+        if ratio is not None:
+            print(f"\n{path}: a request at 30–40 messages costs {ratio:.2f}× one at 5–9", end="")
+    beyond = growth(rows, PATHS.index("session incremental"), NEW_TEXT)
+    if beyond is not None:
+        print(f"\nsession incremental beyond the new text alone: {beyond:.2f}×", end="")
     print(f"\n\nmismatches (all passes): {result['mismatches']}")
     total = result["reused"] + result["rendered"]
     if total:
@@ -306,7 +352,7 @@ def main() -> None:
         passes = [run(fam, hf, workload, args.trajectories, kwargs) for _ in range(args.repeat)]
         best = passes[0]
         for other in passes[1:]:
-            for (_, times), (_, more) in zip(best["rows"], other["rows"], strict=True):
+            for (_, _, times), (_, _, more) in zip(best["rows"], other["rows"], strict=True):
                 times[:] = [min(a, b) for a, b in zip(times, more, strict=True)]
             for key, count in other["mismatches"].items():
                 best["mismatches"][key] += count
