@@ -1,7 +1,8 @@
 """The bounds and growth ratios ``benchmarks/sessions.py`` reports, worked by hand.
 
 Oracle: hand arithmetic on rows of made-up seconds (paths in ``PATHS`` order: transformers,
-cold, session full, session incremental, new text alone, template alone)."""
+cold, session full, session incremental, new text alone, template alone, template
+unsandboxed)."""
 
 from __future__ import annotations
 
@@ -26,30 +27,34 @@ def bench() -> ModuleType:
 def test_the_columns_are_where_the_bounds_read_them(bench: ModuleType) -> None:
     assert bench.PATHS[0] == "transformers"
     assert bench.PATHS[bench.NEW_TEXT] == "new text alone"
-    assert bench.PATHS[bench.TEMPLATE] == "template alone"
+    assert bench.PATHS[bench.SANDBOXED] == "template alone"
+    assert bench.PATHS[bench.UNSANDBOXED] == "template unsandboxed"
 
 
 def test_the_one_run_bound_runs_the_template_on_first_requests_only(bench: ModuleType) -> None:
     rows = [
         # a two-turn conversation: its first request, then its second
-        (1, True, [0.6, 0.0, 0.0, 0.0, 0.1, 0.2]),
-        (3, False, [1.0, 0.0, 0.0, 0.0, 0.3, 0.5]),
+        (1, True, [0.6, 0.0, 0.0, 0.0, 0.1, 9.0, 0.2]),
+        (3, False, [1.0, 0.0, 0.0, 0.0, 0.3, 9.0, 0.5]),
         # a second conversation, one request
-        (2, True, [0.4, 0.0, 0.0, 0.0, 0.05, 0.15]),
+        (2, True, [0.4, 0.0, 0.0, 0.0, 0.05, 9.0, 0.15]),
     ]
-    # transformers 0.6 + 1.0 + 0.4 = 2.0; the template on first requests 0.2 + 0.15 = 0.35;
+    # transformers 0.6 + 1.0 + 0.4 = 2.0; the unsandboxed template on first requests
+    # 0.2 + 0.15 = 0.35 (the sandboxed one, 9.0, is not the floor);
     # the new text on every request 0.1 + 0.3 + 0.05 = 0.45
     assert bench.one_run_bound(rows) == pytest.approx(2.0 / 0.8)
+    # with the sandboxed run: 9.0 + 9.0 on the two first requests
+    assert bench.one_run_bound(rows, bench.SANDBOXED) == pytest.approx(2.0 / 18.45)
 
 
 def test_growth_compares_30_to_40_messages_with_5_to_9(bench: ModuleType) -> None:
     rows = [
-        (4, True, [9.0, 0, 0, 9.0, 9.0, 0]),  # outside both buckets
-        (5, False, [1.0, 0, 0, 0.2, 0.05, 0]),
-        (9, False, [1.0, 0, 0, 0.4, 0.15, 0]),
-        (30, False, [3.0, 0, 0, 0.45, 0.1, 0]),
-        (40, False, [5.0, 0, 0, 0.45, 0.2, 0]),
-        (41, False, [9.0, 0, 0, 9.0, 9.0, 0]),  # outside both buckets
+        (4, True, [9.0, 0, 0, 9.0, 9.0, 0, 0]),  # outside both buckets
+        (5, False, [1.0, 0, 0, 0.2, 0.05, 0, 0]),
+        (9, False, [1.0, 0, 0, 0.4, 0.15, 0, 0]),
+        (30, False, [3.0, 0, 0, 0.45, 0.1, 0, 0]),
+        (40, False, [5.0, 0, 0, 0.45, 0.2, 0, 0]),
+        (41, False, [9.0, 0, 0, 9.0, 9.0, 0, 0]),  # outside both buckets
     ]
     incremental = bench.PATHS.index("session incremental")
     assert bench.growth(rows, 0) == pytest.approx(4.0 / 1.0)
