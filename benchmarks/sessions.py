@@ -25,7 +25,7 @@ other people's load), the least of ``--repeat`` passes, each with fresh sessions
 - new text alone (a floor, not a path): the tokenizer encoding only the text after what this
   request shares with the previous one of its conversation, which any session must encode;
   transformers over it bounds what a session can reach on the workload;
-- the template alone (a second floor): one plain Jinja run of the template over the request,
+- the template alone (a second floor): one Jinja run of the template over the request,
   nothing tokenized: transformers' own compiled template (``_compile_jinja_template``, the
   sandboxed environment transformers renders in) rendered with the arguments
   ``apply_chat_template`` passes it, without transformers' wrapper around it. A design that
