@@ -194,16 +194,14 @@ def run(
         t4 = clock()
         new_text = cold.text[common_prefix_length(previous, cold.text) :]
         use("new text alone")
+        arguments = {"messages": prepared, "tools": None, "documents": None, "add_generation_prompt": True}
+        arguments |= template_kwargs
         t5 = clock()
         fam.tokenizer.encode(new_text)
         t6 = clock()
-        alone = template.render(
-            messages=prepared, tools=None, documents=None, add_generation_prompt=True, **template_kwargs
-        )
+        alone = template.render(**arguments)
         t7 = clock()
-        bare = unsandboxed.render(
-            messages=prepared, tools=None, documents=None, add_generation_prompt=True, **template_kwargs
-        )
+        bare = unsandboxed.render(**arguments)
         t8 = clock()
         previous = cold.text
         same = (cold.text, cold.token_ids, cold.u_end, cold.p_end)
