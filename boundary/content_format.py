@@ -33,7 +33,8 @@ _ENV = jinja2.Environment(
 
 @lru_cache(maxsize=64)
 def detect_content_format(source: str) -> ContentFormat:
-    """``"openai"`` when the template loops over a message's content, else ``"string"``."""
+    """``"openai"`` when the template loops over a message's content, else ``"string"``.
+    Cached: at most 64 template sources (each kept as its key)."""
     try:
         root = _ENV.parse(source)
         next(_content_loops(root))

@@ -19,6 +19,7 @@ Conversation = list[dict[str, Any]]
 
 @cache
 def _tau_bench_airline() -> tuple[dict[str, Any], ...]:
+    """The shipped trajectories, read once (about 6 MiB held)."""
     with (data_dir("datasets") / "tau_bench" / "gpt-4o-airline.json").open(encoding="utf-8") as f:
         return tuple(json.load(f))
 
@@ -96,6 +97,7 @@ def default_conversation() -> Conversation:
 
 @cache
 def _jsonl(*parts: str) -> tuple[dict[str, Any], ...]:
+    """A shipped JSON-lines data set, read once: one per shipped file."""
     path = data_dir("datasets").joinpath(*parts)
     with path.open(encoding="utf-8") as f:
         return tuple(json.loads(line) for line in f if line.strip())

@@ -64,11 +64,11 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any, Protocol
 
 import tokenizers
 
+from boundary.memo import once_cache
 from boundary.offsets import ByteTokenMap, CharOffset, TokenMap, TokenOffset
 from boundary.rank_files import RankFile
 from boundary.segment_cache import SegmentCache
@@ -280,11 +280,12 @@ def token_pattern(tokens: Iterable[str]) -> re.Pattern[str]:
     return re.compile("|".join(map(re.escape, longest_first)) or "(?!)")
 
 
-@cache
+@once_cache(maxsize=16)
 def _tiktoken_encoding(rank_file: RankFile, pattern: str) -> tuple[Any, list[int]]:
-    """tiktoken's encoder over ``rank_file``'s verified bytes (read and hashed once per process;
-    never tiktoken's own loader, which prefers an unchecked copy in its temp cache), and each
-    rank's length in bytes."""
+    """tiktoken's encoder over ``rank_file``'s verified bytes (read and hashed once per process,
+    however many threads encode first at once; never tiktoken's own loader, which prefers an
+    unchecked copy in its temp cache), and each rank's length in bytes. At most 16
+    vocabularies kept (``boundary.memo``)."""
     import tiktoken
 
     ranks = rank_file.ranks()

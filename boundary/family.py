@@ -29,7 +29,7 @@ from boundary.renderer import Renderer
 from boundary.request.models import Message
 from boundary.roundtrip import RoundTrip, verify_round_trip
 from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
-from boundary.session import Session, SessionCache
+from boundary.session import DEFAULT_MAX_BYTES, Session, SessionCache
 from boundary.spec import (
     FamilySpec,
     HistoryRewrite,
@@ -183,9 +183,12 @@ class Family:
         """A renderer for the successive requests of one conversation (see ``boundary.session``)."""
         return Session(self.renderer)
 
-    def sessions(self, capacity: int = 1024) -> SessionCache:
-        """Sessions by id, at most ``capacity`` kept (least recently used dropped first)."""
-        return SessionCache(self.renderer, capacity)
+    def sessions(self, capacity: int = 1024, *, max_bytes: int = DEFAULT_MAX_BYTES) -> SessionCache:
+        """Sessions by id, safe to share between threads: at most ``capacity`` kept, holding
+        at most ``max_bytes`` (default 256 MiB, as ``Session.nbytes`` counts them), the least
+        recently used dropped first; a session larger than ``max_bytes`` alone is served but
+        not kept (see ``boundary.session.SessionCache``)."""
+        return SessionCache(self.renderer, capacity, max_bytes=max_bytes)
 
     def verify_round_trip(
         self,

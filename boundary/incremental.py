@@ -27,22 +27,27 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 import jinja2
 
 from boundary import incremental_plan as ip
 from boundary import template_run as tr
+from boundary.footprint import SLOT, held_bytes, ints_bytes, strings_bytes
 from boundary.incremental_chain import Chain, head_splice, next_chain
 from boundary.incremental_hooks import FILTERS, RUN
 from boundary.incremental_keys import Keys
 from boundary.incremental_run import Counted, Entry, Run
 from boundary.marks import TextRendering, read_marks
+from boundary.memo import once_cache
 from boundary.sandbox import DEFAULT_LIMITS, Deadline, RenderLimits, Sandbox
 from boundary.sandbox.trusted import TrustedSandbox
 
 _MAX_OUTER = 64  # distinct outer keys remembered per session
+# Bytes counted for what an entry holds beside its output (the entry, its read and write
+# tuples, its slot in the store and ``_touched``) and per read or write it records.
+_ENTRY = 400
+_READ = 160
 _OFF = "incremental runs are turned off for this session"
 
 
@@ -54,21 +59,23 @@ class IncrementalTemplate:
     plan: ip.Plan
 
 
-@lru_cache(maxsize=32)
+@once_cache(maxsize=32)
 def _environment(limits: RenderLimits, trusted: frozenset[str] | None) -> Sandbox:
     """The environment a rewritten template runs in: a ``TrustedSandbox`` over ``trusted``
     (the plain attribute names of a shipped template, ``CompiledTemplate.trust``), else the
-    fully checked ``Sandbox``; with the instrumentation's and the plan's hooks."""
+    fully checked ``Sandbox``; with the instrumentation's and the plan's hooks. At most 32 kept."""
     env = Sandbox(limits) if trusted is None else TrustedSandbox(limits, trusted)
     env.filters.update(tr._sandbox(limits).filters)
     env.filters.update(FILTERS)
     return env
 
 
-@lru_cache(maxsize=128)
+@once_cache(maxsize=128)
 def compile_incremental(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> IncrementalTemplate | str:
     """``source`` compiled with the plan's hooks, or why its loop cannot run incrementally.
-    Load errors are ``compile_template``'s."""
+    Load errors are ``compile_template``'s. Cached (``boundary.memo``): compiled once per
+    source and limits however many sessions' first requests arrive together; at most 128
+    kept, least recently used dropped first. The value is frozen and shared by every session."""
     compiled = tr.compile_template(source, limits)
     trust = compiled.trust
     env = _environment(limits, trust.names if trust.trusted else None)
@@ -101,13 +108,24 @@ class Incremental:
         self.rendered = 0  # iterations rendered
         self.scan_skipped = 0  # iterations of guarded scans skipped (``incremental_plan._guard``)
         self.chained = 0  # of the iterations replayed, those replayed as the head's chain
+        # bytes held by the entries (their ``size``), the chain and the outer keys
+        self._entry_bytes = self._chain_bytes = self._outer_bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this store holds, counted as it changes: each entry's output and a fixed
+        amount per entry and per read (``_ENTRY``, ``_READ``), the chain's text and a slot
+        per iteration, the outer keys and the value keys (``Keys.nbytes``)."""
+        return self._entry_bytes + self._chain_bytes + self._outer_bytes + self.keys.nbytes
 
     def outer_id(self, outer: tuple[Any, ...]) -> int:
         if outer not in self._outer:
             if len(self._outer) >= _MAX_OUTER:
                 self._outer.clear()
                 self.entries, self._touched, self.chain = {}, {}, None
+                self._entry_bytes = self._chain_bytes = self._outer_bytes = 0
             self._outer[outer] = len(self._outer)
+            self._outer_bytes += held_bytes(outer[1:]) + 4 * SLOT  # the source is the template's own
         return self._outer[outer]
 
     def run_template(
@@ -169,12 +187,34 @@ class Incremental:
         touched.update(dict.fromkeys(run.used, generation))
         for op, end, entry in run.done:
             entry.parts = tuple(raw[op.start : end].split(nonce))
+            entry.size = strings_bytes(entry.parts) + _ENTRY + _READ * _records(entry)
             kept = entries.setdefault(op.key, [])
             kept.insert(0, entry)
-            del kept[4:]
+            self._entry_bytes += entry.size
+            if len(kept) > 4:
+                self._entry_bytes -= kept.pop().size
             touched[op.key] = generation
-        self.chain = next_chain(run, raw)
+        self.chain = chain = next_chain(run, raw)
+        self._chain_bytes = 0 if chain is None else _chain_bytes(chain)
         if len(entries) > 2 * run.slots + 16:
             for key in [k for k, g in touched.items() if g < generation - 1]:
                 del touched[key]
-                entries.pop(key, None)
+                self._entry_bytes -= sum(e.size for e in entries.pop(key, ()))
+
+
+def _records(entry: Entry) -> int:
+    """The reads and writes ``entry`` records, as it keeps them (a read may sit in two tuples)."""
+    return (
+        len(entry.reads)
+        + len(entry.writes)
+        + len(entry.edge)
+        + len(entry.volatile)
+        + len(entry.namespace_reads)
+    )
+
+
+def _chain_bytes(chain: Chain) -> int:
+    """The chain's texts, and per iteration its slots in the item, key and entry lists and
+    its ints (steps, built, ends, plain ends)."""
+    texts = held_bytes(chain.text) + held_bytes(chain.plain)
+    return texts + len(chain.items) * 3 * SLOT + ints_bytes(4 * len(chain.items) + len(chain.events))

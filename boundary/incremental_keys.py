@@ -8,6 +8,7 @@ traced iteration reads with it.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from sys import getsizeof
 from typing import Any
 
 import jinja2
@@ -16,6 +17,7 @@ from markupsafe import Markup
 from boundary.request.identity import ContentKeyer
 
 TRUE, FALSE = (bool, True), (bool, False)  # the keys of the two booleans
+_KEPT = 200  # bytes counted per key held beside the key itself: its dict entry, tuple and id
 
 
 class Keys:
@@ -28,15 +30,28 @@ class Keys:
         self._kept: dict[int, tuple[Any, Any]] = {}
         self._memo: dict[int, tuple[Any, Any]] = {}
         self._key = ContentKeyer().key
+        self._kept_bytes = self._memo_bytes = 0  # ``_size`` of the keys each holds
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the keys held take (each key's size and ``_KEPT`` beside it)."""
+        return self._kept_bytes + self._memo_bytes
 
     def start(self, keep: Sequence[Any]) -> None:
         kept, memo = self._kept, self._memo
         if memo:
             ids = set(map(id, keep))
-            kept.update({i: known for i, known in memo.items() if i in ids})
-            self._memo = {}
+            for i, known in memo.items():
+                if i in ids:
+                    before = kept.get(i)
+                    if before is not None:
+                        self._kept_bytes -= _size(before[1])
+                    kept[i] = known
+                    self._kept_bytes += _size(known[1])
+            self._memo, self._memo_bytes = {}, 0
         if len(kept) > 2 * len(keep) + 16:  # objects the session no longer keeps
             self._kept = {id(o): kept[id(o)] for o in keep if id(o) in kept and kept[id(o)][0] is o}
+            self._kept_bytes = sum(_size(key) for _, key in self._kept.values())
 
     def of(self, value: Any) -> Any:
         kind = type(value)
@@ -50,6 +65,7 @@ class Keys:
                 return known[1]
             key = self._key(value)
             self._memo[id(value)] = (value, key)
+            self._memo_bytes += _size(key)
             return key
         if kind is float:
             return self._key(value)
@@ -58,3 +74,7 @@ class Keys:
         if kind is Markup:
             return (kind, str(value))
         return None
+
+
+def _size(key: Any) -> int:
+    return _KEPT + getsizeof(key)

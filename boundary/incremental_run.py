@@ -78,6 +78,7 @@ class Entry:
     edge: tuple[Read, ...] = ()
     volatile: tuple[Read, ...] = ()
     namespace_reads: tuple[NamespaceRead, ...] = ()
+    size: int = 0  # bytes held, counted with ``parts`` (``Incremental._keep``)
 
 
 @dataclass(slots=True)

@@ -150,7 +150,14 @@ def _message_starts(sites: dict[str, dict[str, int]], n: int) -> tuple[CharOffse
     return tuple(map(chosen.get, _indexes(n)))  # type: ignore[arg-type]  # CharOffset is int
 
 
-@lru_cache(maxsize=256)
 def _indexes(n: int) -> tuple[str, ...]:
-    """``"0"`` to ``str(n - 1)``, as the recorder writes them."""
+    """``"0"`` to ``str(n - 1)``, as the recorder writes them; cached up to ``_CACHED_INDEXES``."""
+    return _cached_indexes(n) if n <= _CACHED_INDEXES else tuple(map(str, range(n)))
+
+
+_CACHED_INDEXES = 1024  # 64 tuples of at most 1,024 short strings: at most about 4 MB
+
+
+@lru_cache(maxsize=64)
+def _cached_indexes(n: int) -> tuple[str, ...]:
     return tuple(map(str, range(n)))

@@ -27,7 +27,8 @@ def family_names() -> list[str]:
 
 @cache
 def family_spec(name: str) -> FamilySpec:
-    """The validated ``templates/<name>/family.toml``."""
+    """The validated ``templates/<name>/family.toml``; cached, one per shipped family (an
+    unknown name raises and is not kept)."""
     path = data_dir("templates") / name / "family.toml"
     if not path.is_file():
         raise TemplateLoadError(
@@ -49,7 +50,8 @@ def shipped_templates(name: str) -> dict[str, str]:
 
 @cache
 def shipped_tokenizer(name: str) -> Tokenizer:
-    """The family's shipped vocabulary, or its labelled stand-in test tokenizer."""
+    """The family's shipped vocabulary, or its labelled stand-in test tokenizer; cached, one
+    per shipped family."""
     spec = family_spec(name)
     if spec.vocabulary:
         rank_file, pattern = rank_source(spec.vocabulary) or (None, None)

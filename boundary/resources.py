@@ -23,7 +23,8 @@ _SOURCE_TREE = {
 
 @cache
 def data_dir(kind: str) -> Path:
-    """The directory holding shipped ``kind`` data (one of the keys of ``_SOURCE_TREE``)."""
+    """The directory holding shipped ``kind`` data (one of the keys of ``_SOURCE_TREE``; cached,
+    one path per kind)."""
     installed = _PACKAGE / "_data" / kind
     if installed.is_dir():
         return installed

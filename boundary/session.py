@@ -19,20 +19,29 @@ The template runs every turn, but its message loop replays the iterations whose 
 unchanged (``boundary.incremental``; ``SessionStats.full_render_reason`` says why a template
 runs in full).
 
-``SessionCache`` keeps sessions by id with a capacity and least-recently-used eviction.
+``SessionCache`` keeps sessions by id, bounded by a count and by the bytes they hold
+(``Session.nbytes``), the least recently used dropped first.
+
+Threads: a ``Session`` renders one request at a time under its own lock (a second request of
+the same conversation waits for the first); a ``SessionCache`` guards its table with one lock
+that is never held while a session renders. Both may be shared by a frontend's threads.
 """
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from sys import getsizeof
 from typing import Any
 
 from boundary.encoding import Clock, CutTokenMap
+from boundary.footprint import held_bytes, ints_bytes
 from boundary.incremental import Incremental
+from boundary.memo import once_cache
 from boundary.offsets import TokenMap
 from boundary.prefixes import common_prefix_length
 from boundary.render_target import RenderTarget, resolve_target, template_tools
@@ -51,6 +60,10 @@ from boundary.request.validation import (
 # Below this many messages a request runs the template in full: tracing a loop of a few
 # iterations costs more than replaying them saves (docs/sessions.md, "Measured").
 _MIN_MESSAGES = 4
+# Bytes counted for a session that holds nothing yet: its objects, the incremental store's
+# and the exact-content keyer's (measured with tracemalloc: ``tests/test_session_bytes.py``).
+_EMPTY_SESSION = 8 * 1024
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # a ``SessionCache``'s default bound on the bytes its sessions hold
 
 
 @dataclass(slots=True)
@@ -65,6 +78,19 @@ class SessionStats:
     chained_iterations: int = 0  # of those, replayed as the loop's unchanged head (one chain)
     rendered_iterations: int = 0
     full_render_reason: str | None = None  # why the last render ran the template in full
+    bytes: int = 0  # what the session holds after its last render (``Session.nbytes``)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCacheStats:
+    """A ``SessionCache`` at one moment: the sessions kept, the bytes they hold (each as of
+    its last render), its bounds and the sessions evicted so far."""
+
+    sessions: int
+    bytes: int
+    max_bytes: int
+    capacity: int
+    evictions: int
 
 
 class Session:
@@ -78,23 +104,38 @@ class Session:
     ``(arguments, strict_request, target, variant)`` (the variant chosen: the content format
     vLLM detects is the template's); a call with another starts the messages over, and the
     tools key includes ``strict_request`` and the target.
+
+    Threads: ``render`` holds the session's lock from start to end, the template run
+    included, so concurrent requests of one conversation are rendered one after the other,
+    each with exactly its cold result. A render that raises part-way leaves state a later
+    render reuses only where it is whole: the kept text is emptied before the kept ids are
+    cut, and messages are kept only once validated.
+
+    Memory: ``nbytes`` counts what the session holds (see there), kept up to date by each
+    render at a cost independent of the conversation's length.
     """
 
     def __init__(self, family: Renderer, *, incremental: bool = True) -> None:
         self.family = family
         self.stats = SessionStats()
+        self._lock = threading.Lock()
         self._seen = SeenPrefix()  # the messages last given, by exact content
         self._call_ids: set[str] = set()  # the tool-call ids ``_normalized`` makes
         self._normalized: list[dict[str, Any]] = []
+        self._normalized_bytes = [0]  # [k]: ``held_bytes`` of ``_normalized[:k]``
         # (arguments, strict_request, target, variant) the kept messages were normalized under
         self._parsed_under: tuple[ArgumentsForm | None, bool, str, str] | None = None
         self._tools_key: tuple[bool, str, ContentKey] | None = None
         self._tools: list[dict[str, Any]] | None = None
+        self._tools_bytes = 0
         self._text = ""
-        self._ids: list[int] = []  # the last request's ids, this session's own list
+        # the last request's ids, this session's own list, holding the shared ints of ``_ints``
+        self._ids: list[int] = []
         self._cut_chars: list[int] = []  # the safe cuts of ``_ids``: their chars ...
         self._cut_tokens: list[int] = []  # ... and their tokens
         self._incremental = Incremental(enabled=incremental, min_messages=_MIN_MESSAGES)
+        self._ints = _ints(family.tokenizer.backend.get_vocab_size(with_added_tokens=True))
+        self.nbytes = self._count()
 
     # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a
     # drop-in for the renderer); the work is the renderer's (``render_with_encoder``).
@@ -117,36 +158,59 @@ class Session:
     ) -> Rendering:
         """Same signature and result as ``Family.render``: the renderer renders the prepared
         messages, with this session's encoder (``_encode``) in place of a full encode and its
-        incremental template run (``boundary.incremental``) in place of a full run."""
+        incremental template run (``boundary.incremental``) in place of a full run. Holds the
+        session's lock throughout."""
         fam = self.family
-        check_arguments(arguments)
-        resolved = resolve_target(target)
-        selected = fam.select_variant(variant, tools)
-        if resolved.family_conventions:
-            arguments = arguments or fam.tool_arguments(selected)
-        normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
-        self._prepare_tools(tools, strict_request, resolved)
-        if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
-            self._text, self._ids, self._cut_chars, self._cut_tokens = "", [], [], []
-        rendered = fam.render_with_encoder(
-            normalized,
-            self._tools,
-            add_generation_prompt,
-            template_kwargs=template_kwargs,
-            encoder=None if sanitize_control_tokens else self._encode,
-            variant=variant,
-            documents=documents,
-            sanitize_control_tokens=sanitize_control_tokens,
-            now=now,
-            continue_final_message=continue_final_message,
-            strict_template_kwargs=strict_template_kwargs,
-            run=None if sanitize_control_tokens else self._incremental.run_template,
-        )
-        inc, stats = self._incremental, self.stats
-        stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
-        stats.chained_iterations = inc.chained
-        stats.full_render_reason = inc.reason
+        with self._lock:
+            try:
+                check_arguments(arguments)
+                resolved = resolve_target(target)
+                selected = fam.select_variant(variant, tools)
+                if resolved.family_conventions:
+                    arguments = arguments or fam.tool_arguments(selected)
+                normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
+                self._prepare_tools(tools, strict_request, resolved)
+                if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
+                    self._text, self._ids, self._cut_chars, self._cut_tokens = "", [], [], []
+                rendered = fam.render_with_encoder(
+                    normalized,
+                    self._tools,
+                    add_generation_prompt,
+                    template_kwargs=template_kwargs,
+                    encoder=None if sanitize_control_tokens else self._encode,
+                    variant=variant,
+                    documents=documents,
+                    sanitize_control_tokens=sanitize_control_tokens,
+                    now=now,
+                    continue_final_message=continue_final_message,
+                    strict_template_kwargs=strict_template_kwargs,
+                    run=None if sanitize_control_tokens else self._incremental.run_template,
+                )
+            finally:
+                inc, stats = self._incremental, self.stats
+                stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
+                stats.chained_iterations = inc.chained
+                stats.full_render_reason = inc.reason
+                stats.bytes = self.nbytes = self._count()
         return rendered
+
+    def _count(self) -> int:
+        """The bytes counted in ``nbytes``: O(1), from sizes kept as the state changed."""
+        return (
+            _EMPTY_SESSION
+            + getsizeof(self._text)
+            + getsizeof(self._ids)
+            + getsizeof(self._cut_chars)
+            + getsizeof(self._cut_tokens)
+            + ints_bytes(len(self._cut_chars) + len(self._cut_tokens))
+            + self._seen.nbytes
+            + self._normalized_bytes[-1]
+            + getsizeof(self._normalized)
+            + getsizeof(self._call_ids)
+            + _CALL_ID * len(self._call_ids)
+            + self._tools_bytes
+            + self._incremental.nbytes
+        )
 
     def _prepare(
         self,
@@ -162,7 +226,7 @@ class Session:
             parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
         if (arguments, strict, target.name, variant) != self._parsed_under:
             self._seen.reset()
-            self._normalized, self._call_ids = [], set()
+            self._normalized, self._normalized_bytes, self._call_ids = [], [0], set()
             self._parsed_under = (arguments, strict, target.name, variant)
         keep = min(self._seen.common(messages), len(self._normalized))
         tail = messages[keep:]
@@ -175,6 +239,8 @@ class Session:
             models = parse_messages(tail, first_index=keep, call_ids=call_ids, strict=strict)
             normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
         self._normalized = self._normalized[:keep] + normalized
+        del self._normalized_bytes[keep + 1 :]
+        _extend_sums(self._normalized_bytes, map(held_bytes, normalized))
         self._call_ids = head_ids | call_ids_of(normalized)
         self._seen.accept()
         self.stats.revalidated_messages += len(tail)
@@ -184,13 +250,14 @@ class Session:
         """Validate and normalize ``tools`` unless exactly these were, under this ``strict``
         and ``target``."""
         if tools is None:
-            self._tools, self._tools_key = None, None
+            self._tools, self._tools_key, self._tools_bytes = None, None, 0
             return
         key = items_key(tools)
         if key is None or (strict, target.name, key) != self._tools_key:
             sent = [as_read(t) for t in tools]
             self._tools = template_tools(target, parse_tools(tools, strict=strict), sent)
             self._tools_key = None if key is None else (strict, target.name, key)
+            self._tools_bytes = held_bytes(self._tools) + held_bytes(self._tools_key)
 
     def _encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
         """``text``'s ids and token map: the previous ids up to the last safe cut at least
@@ -204,7 +271,7 @@ class Session:
         kept = self._ids  # never handed out: a caller may change the ids it is given
         self._text = ""  # nothing is reused from ``kept`` unless this request's encode completes
         del kept[start_token:]
-        kept += suffix.ids
+        kept += _shared(self._ints, suffix.ids)
         ids = suffix.ids if start == 0 else kept.copy()
         new_chars, new_tokens = suffix.cut_chars or [], suffix.cut_tokens or []
         skip = bisect_right(new_chars, 0)  # cuts at the suffix's start: the kept cut, or none
@@ -224,42 +291,145 @@ class Session:
         return ids, CutTokenMap(text, chars, tokens, ids, tok.segment_map)
 
 
-class SessionCache:
-    """Sessions by id; at most ``capacity`` are kept and the least recently used is dropped
-    first. Memory per session is one conversation's text, ids and cuts."""
+_CALL_ID = 96  # bytes counted per tool-call id kept: a short str and its set slot
 
-    def __init__(self, family: Renderer, capacity: int = 1024) -> None:
+
+@once_cache(maxsize=4)
+def _ints(n: int) -> list[int]:
+    """The ints ``0 .. n - 1``, one object each, shared by every session over a vocabulary
+    of ``n`` ids and never changed; at most 4 kept (about 10 MB for 250,000 ids)."""
+    return list(range(n))
+
+
+def _shared(ints: list[int], ids: list[int]) -> list[int]:
+    """``ids`` as the objects of ``ints``, so a kept id costs its list slot alone (8 bytes),
+    not an int of its own (32 more); an id past ``ints`` (none a vocabulary gives) as is.
+    Not an ``array('I')``: handing out a fresh list from one makes an int per id, about five
+    times the cost of copying a list on every request."""
+    try:
+        return [ints[i] for i in ids]
+    except IndexError:
+        return [ints[i] if i < len(ints) else i for i in ids]
+
+
+def _extend_sums(sums: list[int], more: Iterable[int]) -> None:
+    """Continue the running total ``sums`` over ``more``."""
+    total = sums[-1]
+    for n in more:
+        total += n
+        sums.append(total)
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A session in a ``SessionCache`` and the bytes the cache counts for it."""
+
+    session: Session
+    counted: int
+
+
+class SessionCache:
+    """Sessions by id, the least recently used dropped first once more than ``capacity``
+    are kept or they hold more than ``max_bytes`` (default 256 MiB). A session holding more
+    than ``max_bytes`` on its own is served but not kept: its next request starts a new one.
+
+    Invariant (between operations): ``stats.bytes`` is the sum of the kept sessions'
+    ``nbytes`` as of their last render or ``get`` and is at most ``max_bytes``, and at most
+    ``capacity`` sessions are kept. A render in flight is not bounded until it ends.
+
+    Threads: every operation is atomic under one lock, which is never held while a session
+    renders: ``render`` takes the session out under it, renders under the session's own
+    lock, then counts its bytes under it again. A session dropped or evicted while a render
+    of it is in flight is not put back; that render finishes on its own object.
+    """
+
+    def __init__(self, family: Renderer, capacity: int = 1024, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
         self.family = family
         self.capacity = capacity
+        self.max_bytes = max_bytes
         self.evictions = 0
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._sessions: OrderedDict[str, _Kept] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
 
     def get(self, session_id: str) -> Session:
-        """The session for ``session_id``, created when new; marks it most recently used."""
-        session = self._sessions.get(session_id)
-        if session is None:
-            session = self._sessions[session_id] = Session(self.family)
-            if len(self._sessions) > self.capacity:
-                self._sessions.popitem(last=False)
-                self.evictions += 1
-        else:
-            self._sessions.move_to_end(session_id)
-        return session
+        """The session for ``session_id``, created when new; marks it most recently used and
+        counts its bytes again (a session rendered directly is counted here)."""
+        with self._lock:
+            kept = self._sessions.get(session_id)
+            if kept is None:
+                session = Session(self.family)
+                kept = self._sessions[session_id] = _Kept(session, session.nbytes)
+                self._bytes += kept.counted
+            else:
+                self._sessions.move_to_end(session_id)
+            self._settle(session_id, kept)
+            return kept.session
 
     def render(self, session_id: str, messages: Sequence[Any], *args: Any, **kwargs: Any) -> Rendering:
-        return self.get(session_id).render(messages, *args, **kwargs)
+        """``Session.render`` of ``session_id``'s session (``get``), then its bytes counted and
+        the least recently used sessions evicted past the bounds."""
+        session = self.get(session_id)
+        try:
+            return session.render(messages, *args, **kwargs)
+        finally:
+            with self._lock:
+                kept = self._sessions.get(session_id)
+                if kept is not None and kept.session is session:
+                    self._settle(session_id, kept)
 
     def drop(self, session_id: str) -> bool:
         """Forget a session (e.g. when the conversation ends); True if it was cached."""
-        return self._sessions.pop(session_id, None) is not None
+        with self._lock:
+            kept = self._sessions.pop(session_id, None)
+            if kept is None:
+                return False
+            self._bytes -= kept.counted
+            return True
 
     def clear(self) -> None:
-        self._sessions.clear()
+        with self._lock:
+            self._sessions.clear()
+            self._bytes = 0
+
+    @property
+    def stats(self) -> SessionCacheStats:
+        with self._lock:
+            return SessionCacheStats(
+                len(self._sessions), self._bytes, self.max_bytes, self.capacity, self.evictions
+            )
+
+    def ids(self) -> list[str]:
+        """The ids of the sessions kept, least recently used first."""
+        with self._lock:
+            return list(self._sessions)
 
     def __len__(self) -> int:
-        return len(self._sessions)
+        with self._lock:
+            return len(self._sessions)
 
     def __contains__(self, session_id: object) -> bool:
-        return session_id in self._sessions
+        with self._lock:
+            return session_id in self._sessions
+
+    def _settle(self, session_id: str, kept: _Kept) -> None:
+        """Count ``kept`` again (its ``nbytes``, set by its last render under its own lock),
+        drop it if it alone is past ``max_bytes``, then evict the least recently used past
+        the bounds. Under the cache's lock."""
+        counted = kept.session.nbytes
+        self._bytes += counted - kept.counted
+        kept.counted = counted
+        sessions = self._sessions
+        if counted > self.max_bytes:
+            del sessions[session_id]
+            self._bytes -= counted
+            self.evictions += 1
+        # ends: each pass drops one session, and with none left both bounds hold
+        while len(sessions) > self.capacity or self._bytes > self.max_bytes:
+            _, oldest = sessions.popitem(last=False)
+            self._bytes -= oldest.counted
+            self.evictions += 1

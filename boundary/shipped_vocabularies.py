@@ -79,7 +79,8 @@ def _rank_file(spec: VocabularySpec) -> RankFile:
 
 @cache
 def load_vocabulary(name: str) -> tokenizers.Tokenizer:
-    """A shipped vocabulary as a ``tokenizers.Tokenizer`` (converted and cached on first use)."""
+    """A shipped vocabulary as a ``tokenizers.Tokenizer`` (converted and cached on first use;
+    one per shipped vocabulary)."""
     spec = vocabulary_spec(name)
     if spec.kind == "tokenizers":
         path = data_dir("vocabularies") / name / spec.file

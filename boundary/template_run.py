@@ -22,7 +22,6 @@ from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Any, Protocol, TypeVar
 
 import jinja2
@@ -40,6 +39,7 @@ from boundary.errors import (
 from boundary.flag_branches import BranchState
 from boundary.flag_flip import FlippedTest, Unknown, flipped_test
 from boundary.marks import CLOSE, OPEN, TextRendering, read_marks
+from boundary.memo import once_cache
 from boundary.sandbox import (
     DEFAULT_LIMITS,
     Deadline,
@@ -124,13 +124,15 @@ def _generation(_: int, start: bool) -> str:
 _Env = TypeVar("_Env", bound=Sandbox)
 
 
-@lru_cache(maxsize=4)
+@once_cache(maxsize=4)
 def _sandbox(limits: RenderLimits) -> Sandbox:
+    """The checked environment for ``limits``; one per limits, at most 4 kept."""
     return _with_callbacks(Sandbox(limits))
 
 
-@lru_cache(maxsize=32)
+@once_cache(maxsize=32)
 def _trusted_sandbox(limits: RenderLimits, names: frozenset[str]) -> TrustedSandbox:
+    """The trusted environment for ``limits`` and ``names``; at most 32 kept."""
     return _with_callbacks(TrustedSandbox(limits, names))
 
 
@@ -167,9 +169,11 @@ def _concat(env: Sandbox) -> Any:
     return concat
 
 
-@lru_cache(maxsize=128)
+@once_cache(maxsize=128)
 def compile_template(source: str, limits: RenderLimits = DEFAULT_LIMITS) -> CompiledTemplate:
-    """Parse, instrument and compile ``source``. Cached: repeated renders compile once."""
+    """Parse, instrument and compile ``source``. Cached (``boundary.memo``): each source and
+    limits compiled once, however many threads ask at once; at most 128 kept, least recently
+    used dropped first (a Qwen3.5 template compiles to about 0.2 MiB, its incremental form 0.4)."""
     env: Sandbox = _sandbox(limits)
     shipped = shipped_as(source)
     try:

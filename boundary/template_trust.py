@@ -23,7 +23,8 @@ from boundary.resources import data_dir
 
 @cache
 def _file_digests() -> dict[str, tuple[str, str]]:
-    """sha256 (hex) -> (family, file name) of every ``templates/<family>/*.jinja`` file."""
+    """sha256 (hex) -> (family, file name) of every ``templates/<family>/*.jinja`` file; read
+    once (one entry per shipped template)."""
     try:
         root = data_dir("templates")
     except FileNotFoundError:

@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from boundary.errors import RequestError
@@ -46,6 +46,7 @@ def parser_names(family: Renderer, variant: str | None) -> tuple[str | None, str
 
 @cache
 def _parser_class(tool: str | None, reasoning: str | None, harmony: bool) -> Any:
+    """vLLM's parser class for the pair named: one per pair a family spec names."""
     try:
         from vllm.parser.parser_manager import ParserManager
     except ImportError as exc:  # pragma: no cover - exercised only without vllm
@@ -56,6 +57,8 @@ def _parser_class(tool: str | None, reasoning: str | None, harmony: bool) -> Any
     return ParserManager.get_parser(tool, reasoning, enable_auto_tools=True, is_harmony=harmony)
 
 
+# One per family object and variant read through the vLLM backend (the family kept alive):
+# bounded by the families a process loads.
 _TOKENIZERS: dict[tuple[int, str | None], tuple[Any, Any]] = {}
 
 
@@ -70,8 +73,11 @@ def engine_tokenizer(family: Renderer, variant: str | None) -> Any:
     return _TOKENIZERS[key][1]
 
 
-@cache
+@lru_cache(maxsize=64)
 def _request(tools_json: str) -> Any:
+    """A request object carrying ``tools_json``, as vLLM's parsers read it: at most 64 tool
+    lists kept (requests bring their own, so the cache is bounded), least recently used
+    dropped first."""
     from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
 
     tools = json.loads(tools_json)

@@ -36,6 +36,7 @@ import io
 import pickle
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
+from sys import getsizeof
 from typing import Any, NewType
 
 from pydantic import BaseModel
@@ -165,6 +166,16 @@ class SeenPrefix:
         self._body = b""
         self._ends: list[int] = []
         self._next: tuple[bytes, list[int]] = (b"", [])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: the bytes of the last sequence and, until the next ``common``, of the
+        one last passed to it, and each item's end (a list slot and an int)."""
+        (body, ends), (pending, pending_ends) = (self._body, self._ends), self._next
+        held = getsizeof(body) + 40 * len(ends)
+        if pending is not body:  # else ``accept`` made it the last sequence
+            held += getsizeof(pending) + 40 * len(pending_ends)
+        return held
 
     def reset(self) -> None:
         self._body, self._ends = b"", []
