@@ -1,4 +1,4 @@
-"""The exceptions boundary raises, one small tree.
+"""The exceptions boundary raises, one small tree, and its one warning.
 
 Where it sits: beside every stage: each raises from this one tree; it imports nothing.
 
@@ -11,6 +11,9 @@ Where it sits: beside every stage: each raises from this one tree; it imports no
     │   └── SandboxViolation      the template reached for something unsafe
     │       └── RenderLimitExceeded   ... or ran past a render limit (time, loop steps, output size)
     └── TokenizerError            a tokenizer cannot be loaded or disagrees with its reference
+
+    InputWarning                  a ``UserWarning``, not an error: a flaw in the input skipped
+                                  (a trace's cut-off last line); the message starts with the location
 
 Expected outcomes are not exceptions: a template whose history end cannot be located
 renders fine and reports ``BoundaryStatus.UNAVAILABLE`` with a reason.
@@ -60,8 +63,14 @@ class TokenizerError(BoundaryError):
     """A tokenizer cannot be loaded, or a converted vocabulary disagrees with its reference."""
 
 
+class InputWarning(UserWarning):
+    """Input read with a flaw skipped; the message starts with the location
+    (``trace.jsonl:9: the last line is cut off ...``). The CLIs print each as one line."""
+
+
 __all__ = [
     "BoundaryError",
+    "InputWarning",
     "ModelNotFoundError",
     "RenderLimitExceeded",
     "RequestError",

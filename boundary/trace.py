@@ -42,17 +42,31 @@ message: bytes that are not UTF-8, JSON nested too deeply to parse, token ids ou
 ``tools`` / ``output.message`` fail boundary's request validation (``boundary.request``:
 shapes, nesting, lone surrogates).
 
+The reader holds one line of text at a time (peak memory follows the parsed requests, not the
+file). It reads a regular file or, for ``-``, stdin; anything else (a directory, a device, a
+FIFO) is refused before it is opened. A line longer than ``MAX_LINE_BYTES`` (64 MiB) and a
+trace past ``MAX_TRACE_BYTES`` (1 GiB, the vLLM recorder's cap) are refused at that line. A last
+line with no newline that is not JSON as it stands is what a writer has not finished (a
+recording read while it is written): it is skipped with an ``InputWarning`` naming it. Any
+other bad line is an error.
+
 ``tau_bench_trace`` turns the shipped tau-bench airline trajectories into such a trace, with
 optional seeded synthetic reasoning (the data carries no model reasoning).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
 import random
-from collections.abc import Iterable, Sequence
+import stat
+import sys
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, BinaryIO, Literal
 
 from pydantic import (
     BaseModel,
@@ -66,13 +80,24 @@ from pydantic import (
     model_validator,
 )
 
-from boundary.errors import RequestError
+from boundary.errors import InputWarning, RequestError
 from boundary.request.limits import check_message_limits
 from boundary.request.validation import parse_messages, parse_tools
 from boundary.trace_times import check_arrivals
 
 TokenId = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
 """A token id as engines store them (an unsigned 32-bit int)."""
+
+STDIN = "-"
+"""The trace path that reads standard input."""
+
+MAX_LINE_BYTES = 64 << 20
+"""The longest line of a trace, in bytes, its newline not counted: room for a production record of
+some ten million token ids. Read when a trace is read, so a test may lower it."""
+
+MAX_TRACE_BYTES = 1 << 30
+"""The largest trace read, in bytes: the vLLM recorder's own cap on what it writes
+(``boundary_vllm.recording.RecordLimits.max_bytes``), so every trace it writes reads back."""
 
 
 class _Model(BaseModel):
@@ -275,21 +300,101 @@ def _decoded(line: bytes, where: str) -> str:
         raise RequestError(f"not UTF-8 (byte 0x{byte:02x} at byte {exc.start + 1})", location=where) from None
 
 
-def read_trace(path: str | Path) -> list[TraceRequest]:
-    """All requests of a JSONL trace (blank lines skipped); lines end at ``\n`` (and
-    ``\r\n``) only, so a JSON string may hold U+2028 and the like."""
-    path = Path(path)
+_NOT_REGULAR = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+@contextmanager
+def open_trace(path: str | Path) -> Iterator[BinaryIO]:
+    """The trace's bytes: stdin for ``-`` (left open), else a regular file, checked before it is
+    opened (opening a FIFO blocks, a device may never end); ``RequestError`` naming ``path``."""
+    if str(path) == STDIN:
+        yield sys.stdin.buffer
+        return
     try:
-        lines = path.read_bytes().split(b"\n")
-    except OSError as exc:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a file")
+            raise RequestError(
+                f"not a regular file ({kind}); give a trace file, or - for stdin", location=str(path)
+            )
+        with Path(path).open("rb") as file:
+            yield file
+    except OSError as exc:  # opening or reading it
         raise RequestError(f"cannot read the trace ({exc.strerror})", location=str(path)) from None
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n:,} bytes"
+
+
+def _lines(file: BinaryIO, name: str) -> Iterator[tuple[str, bytes]]:
+    """``(name:line, bytes)`` for each line of ``file``, its newline kept (only the last line
+    can lack one), one line in memory at a time; ``RequestError`` at the first line longer
+    than ``MAX_LINE_BYTES`` or the first that takes the trace past ``MAX_TRACE_BYTES``."""
+    line_bound, trace_bound = MAX_LINE_BYTES, MAX_TRACE_BYTES
+    total = 0
+    for n in itertools.count(1):
+        raw = file.readline(line_bound + 1)  # one byte more than the bound: the newline
+        if not raw:
+            return
+        where = f"{name}:{n}"
+        if len(raw) - raw.endswith(b"\n") > line_bound:
+            raise RequestError(
+                f"the line is longer than {_size(line_bound)}, the bound on one line", location=where
+            )
+        total += len(raw)
+        if total > trace_bound:
+            raise RequestError(
+                f"the trace goes on past {_size(trace_bound)}, the bound on a trace", location=where
+            )
+        yield where, raw
+
+
+def _cut_off(raw: bytes) -> bool:
+    """A last line its writer has not finished: no newline, and not UTF-8 or not JSON as it stands."""
+    if raw.endswith(b"\n"):
+        return False
+    try:
+        json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return True
+    except RecursionError:
+        return False
+    return False
+
+
+def read_trace(path: str | Path) -> list[TraceRequest]:
+    """All requests of a JSONL trace (``-``: stdin), read line by line, blank lines skipped;
+    lines end at ``\n`` (and ``\r\n``) only, so a JSON string may hold U+2028 and the like.
+    A cut-off last line is skipped with an ``InputWarning``; see the module docstring for what
+    is refused."""
+    name = "<stdin>" if str(path) == STDIN else str(path)
     requests = []
-    for n, raw in enumerate(lines, 1):
-        line = _decoded(raw, f"{path}:{n}")
-        if line.strip():
-            requests.append(parse_line(line, f"{path}:{n}"))
+    with open_trace(path) as file:
+        for where, raw in _lines(file, name):
+            try:
+                line = _decoded(raw, where)
+                if line.strip():
+                    requests.append(parse_line(line, where))
+            except RequestError:
+                if not _cut_off(raw):
+                    raise
+                warnings.warn(
+                    f"{where}: the last line is cut off (a recording still being written?); skipped",
+                    InputWarning,
+                    stacklevel=2,
+                )
     if not requests:
-        raise RequestError("the trace has no requests", location=str(path))
+        raise RequestError("the trace has no requests", location=name)
     check_arrivals(requests)
     return requests
 

@@ -5,14 +5,17 @@ The trace's bad request is on line 3 after two good ones, so the line number is 
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import boundary.trace
 from boundary.cli.main import main
 
 GOOD = [
@@ -213,3 +216,176 @@ def test_a_request_the_template_refuses_is_named_by_its_trace_line(
     _one_line(
         capsys.readouterr().err, command, f"{trace}:2 (session 's1'): template:", "System message must be"
     )
+
+
+CHATS = [
+    json.dumps({"session": "s0", "messages": [{"role": "user", "content": "hi"}]}),
+    json.dumps(
+        {
+            "session": "s0",
+            "messages": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+                {"role": "user", "content": "bye"},
+            ],
+        }
+    ),
+]
+
+
+def _chat_trace(tmp_path: Path, tail: bytes = b"") -> Path:
+    path = tmp_path / "trace.jsonl"
+    path.write_bytes("".join(line + "\n" for line in CHATS).encode() + tail)
+    return path
+
+
+def _quick(command: str, trace: Path | str) -> list[str]:
+    """``_command`` with the experiment cut to one policy and budget (a fast replay)."""
+    quick = ["--policies", "main_sparse", "--budget", "equal_capacity"] if command == "experiment" else []
+    return [*_command(command, Path(trace)), *quick]
+
+
+OUTPUT_FLAGS = [
+    ("audit", "--markdown"),
+    ("audit", "--json"),
+    ("audit", "--plot"),
+    ("experiment", "--report"),
+    ("experiment", "--json"),
+    ("experiment", "--plots"),
+]
+
+
+@pytest.mark.parametrize(("command", "flag"), OUTPUT_FLAGS)
+def test_an_output_flag_naming_the_input_trace_is_refused_before_anything_is_written(
+    capsys, tmp_path, monkeypatch, command: str, flag: str
+) -> None:
+    monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path / "cache"))
+    trace = _chat_trace(tmp_path)
+    before = trace.read_bytes()
+    assert main([*_quick(command, trace), flag, str(trace)]) == 2
+    _one_line(capsys.readouterr().err, command, f"{flag} {trace}", "the same file as the trace")
+    assert trace.read_bytes() == before
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("spelling", ["symlink", "relative", "hard_link"])
+def test_the_input_under_another_name_is_refused_as_an_output_too(
+    capsys, tmp_path, monkeypatch, spelling: str
+) -> None:
+    trace = _chat_trace(tmp_path)
+    before = trace.read_bytes()
+    monkeypatch.chdir(tmp_path)
+    output = {
+        "symlink": tmp_path / "report.md",
+        "relative": Path("./trace.jsonl"),
+        "hard_link": tmp_path / "h",
+    }
+    if spelling == "symlink":
+        output[spelling].symlink_to(trace)
+    elif spelling == "hard_link":
+        os.link(trace, output[spelling])
+    assert main([*_quick("audit", trace), "--markdown", str(output[spelling])]) == 2
+    _one_line(capsys.readouterr().err, "audit", f"--markdown {output[spelling]}", f"trace ({trace})")
+    assert trace.read_bytes() == before
+
+
+def test_an_output_that_is_not_there_yet_is_compared_by_its_path(capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*_quick("audit", Path("missing.jsonl")), "--json", str(tmp_path / "missing.jsonl")]) == 2
+    _one_line(capsys.readouterr().err, "audit", f"--json {tmp_path / 'missing.jsonl'}", "the same file")
+    assert not (tmp_path / "missing.jsonl").exists()
+
+
+def test_render_refuses_to_write_its_json_over_the_conversation(capsys, tmp_path) -> None:
+    conversation = tmp_path / "c.json"
+    conversation.write_text('[{"role": "user", "content": "hi"}]', encoding="utf-8")
+    assert main(["render", "--conversation", str(conversation), "--json", str(conversation)]) == 2
+    _one_line(
+        capsys.readouterr().err, "render", f"--json {conversation}", "the same file as the conversation"
+    )
+    assert conversation.read_text(encoding="utf-8") == '[{"role": "user", "content": "hi"}]'
+
+
+def _not_regular(kind: str, tmp_path: Path) -> Path:
+    if kind == "device":
+        return Path("/dev/zero")
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "fifo")
+        return tmp_path / "fifo"
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", ["audit", "experiment"])
+@pytest.mark.parametrize(
+    ("kind", "what"), [("device", "a character device"), ("directory", "a directory"), ("fifo", "a FIFO")]
+)
+def test_a_trace_that_is_not_a_regular_file_is_refused_before_it_is_read(
+    capsys, tmp_path, monkeypatch, command: str, kind: str, what: str
+) -> None:
+    monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path / "cache"))
+    path = _not_regular(kind, tmp_path)
+    assert main(_quick(command, path)) == 2
+    _one_line(capsys.readouterr().err, command, f"{path}: not a regular file", f"({what})")
+
+
+@pytest.mark.parametrize("command", ["audit", "experiment"])
+def test_a_trace_on_stdin_is_read_and_dev_zero_there_stops_at_the_line_bound(
+    capsys, tmp_path, monkeypatch, command: str
+) -> None:
+    monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path / "cache"))
+    trace = _chat_trace(tmp_path)
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(trace.read_bytes())))
+    assert main([*_quick(command, "-"), "--json", str(tmp_path / "out.json")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "out.json").exists()
+    capsys.readouterr()
+    monkeypatch.setattr(boundary.trace, "MAX_LINE_BYTES", 1 << 20)
+    with Path("/dev/zero").open("rb") as zero:
+        monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=zero))
+        assert main(_quick(command, "-")) == 2
+    _one_line(capsys.readouterr().err, command, "<stdin>:1: ", "longer than 1 MiB")
+
+
+@pytest.mark.parametrize("command", ["audit", "experiment"])
+def test_a_line_or_a_trace_past_its_bound_is_refused_naming_the_line(
+    capsys, tmp_path, monkeypatch, command: str
+) -> None:
+    monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path / "cache"))
+    trace = _chat_trace(tmp_path, b'{"session": "s1", "messages": []}' + b" " * 200 + b"\n")
+    monkeypatch.setattr(boundary.trace, "MAX_LINE_BYTES", 200)
+    assert main(_quick(command, trace)) == 2
+    _one_line(capsys.readouterr().err, command, f"{trace}:3: ", "longer than 200 bytes")
+    monkeypatch.setattr(boundary.trace, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(boundary.trace, "MAX_TRACE_BYTES", len(trace.read_bytes()) - 1)
+    assert main(_quick(command, trace)) == 2
+    _one_line(capsys.readouterr().err, command, f"{trace}:3: the trace goes on past ", "the bound on a trace")
+
+
+@pytest.mark.parametrize("command", ["audit", "experiment"])
+def test_a_cut_off_last_line_is_skipped_with_a_warning_and_the_rest_is_read(
+    capsys, tmp_path, monkeypatch, command: str
+) -> None:
+    monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path / "cache"))
+    trace = _chat_trace(tmp_path, b'{"session": "s0", "messages": [{"role": "us')
+    out = tmp_path / "out.json"
+    assert main([*_quick(command, trace), "--json", str(out)]) == 0
+    err = capsys.readouterr().err
+    warning = f"boundary {command}: warning: {trace}:3: the last line is cut off"
+    assert f"{warning} (a recording still being written?); skipped" in err.splitlines()
+    assert "Traceback" not in err and out.exists()
+
+
+@pytest.mark.parametrize("command", ["audit", "experiment"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        pytest.param(b'{"session": "s0", "messages": [{"role": "us\n', id="ends_with_a_newline"),
+        pytest.param(b'{"session": "s0", "messages": [{"role": "us\n' + CHATS[0].encode(), id="not_last"),
+    ],
+)
+def test_a_bad_line_that_is_not_a_cut_off_last_line_is_still_an_error(
+    capsys, tmp_path, monkeypatch, command: str, content: bytes
+) -> None:
+    monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path / "cache"))
+    trace = _chat_trace(tmp_path, content)
+    assert main(_quick(command, trace)) == 2
+    _one_line(capsys.readouterr().err, command, f"{trace}:3: ", "not JSON")

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import io
 import itertools
 import json
+import os
 import re
+import sys
+import tracemalloc
+from types import SimpleNamespace
 
 import pytest
 
-from boundary.errors import RequestError
+import boundary.trace
+from boundary.errors import InputWarning, RequestError
 from boundary.trace import (
     MessageOutput,
     TextOutput,
@@ -210,3 +216,118 @@ def test_the_trace_writer_bounds_bytes_and_keeps_the_engine_fields(tmp_path):
     assert (writer.written, writer.bytes, writer.dropped) == (2, 2 * size, 1)
     first, _ = read_trace(path)
     assert (first.d_end, first.served_by, first.policy) == (4, "unattributed", "both")
+
+
+def _chat(session: str = "a") -> str:
+    return json.dumps({"session": session, "messages": [{"role": "user", "content": "hi"}]})
+
+
+@pytest.mark.parametrize(
+    "tail",
+    [
+        pytest.param(b'{"session": "a", "messages": [{"role": "us', id="mid_json"),
+        pytest.param(
+            '{"session": "a", "messages": [{"role": "user", "content": "caf\u00e9'.encode()[:-1],
+            id="mid_utf8",
+        ),
+    ],
+)
+def test_a_cut_off_last_line_is_skipped_with_a_warning_naming_it(tmp_path, tail):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(f"{_chat()}\n{_chat('b')}\n".encode() + tail)
+    with pytest.warns(InputWarning) as caught:
+        requests = read_trace(path)
+    assert [r.session for r in requests] == ["a", "b"]
+    assert [str(w.message) for w in caught] == [
+        f"{path}:3: the last line is cut off (a recording still being written?); skipped"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(b'{"session": "a", "mess\n', "t.jsonl:1: not JSON", id="last_line_ends_with_a_newline"),
+        pytest.param(
+            b'{"session": "a", "mess\n' + _chat().encode(), "t.jsonl:1: not JSON", id="not_the_last"
+        ),
+        pytest.param(
+            b'{"session": "a", "messages": []}', "t.jsonl:1 (session 'a'): messages:", id="json_but_bad"
+        ),
+        pytest.param(b'{"session": "a", "mess\n\n', "t.jsonl:1: not JSON", id="blank_lines_after_it"),
+    ],
+)
+def test_a_bad_line_that_is_not_a_cut_off_last_line_is_an_error(tmp_path, content, message):
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(RequestError) as info:
+        read_trace(path)
+    assert str(info.value).startswith(str(tmp_path / message))
+
+
+def test_a_line_or_a_trace_past_its_bound_is_refused_naming_its_line(tmp_path, monkeypatch):
+    line = _chat()
+    path = _write(tmp_path, [line, line, line])
+    monkeypatch.setattr(boundary.trace, "MAX_LINE_BYTES", len(line))
+    assert len(read_trace(path)) == 3  # a line exactly at the bound; its newline is not counted
+    monkeypatch.setattr(boundary.trace, "MAX_LINE_BYTES", len(line) - 1)
+    with pytest.raises(RequestError, match=rf"t\.jsonl:1: the line is longer than {len(line) - 1} bytes"):
+        read_trace(path)
+    monkeypatch.setattr(boundary.trace, "MAX_LINE_BYTES", 64 << 20)
+    monkeypatch.setattr(boundary.trace, "MAX_TRACE_BYTES", 3 * (len(line) + 1))
+    assert len(read_trace(path)) == 3
+    monkeypatch.setattr(boundary.trace, "MAX_TRACE_BYTES", 2 * (len(line) + 1) + 1)
+    with pytest.raises(
+        RequestError, match=r"t\.jsonl:3: the trace goes on past [\d,]+ bytes, the bound on a trace"
+    ):
+        read_trace(path)
+
+
+def test_the_trace_bound_is_the_recorders_cap_so_what_it_records_reads_back():
+    recording = pytest.importorskip("boundary_vllm.recording")
+    settings = pytest.importorskip("boundary_vllm.settings")
+    assert boundary.trace.MAX_LINE_BYTES == 64 << 20
+    assert boundary.trace.MAX_TRACE_BYTES == 1 << 30
+    assert recording.RecordLimits().max_bytes == boundary.trace.MAX_TRACE_BYTES
+    assert settings.IntegrationSettings().record_max_bytes == boundary.trace.MAX_TRACE_BYTES
+
+
+def test_what_is_not_a_regular_file_is_refused_before_it_is_read(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    for path, what in [
+        ("/dev/zero", "a character device"),
+        (tmp_path, "a directory"),
+        (tmp_path / "fifo", "a FIFO"),
+    ]:
+        with pytest.raises(RequestError, match=rf"^{re.escape(str(path))}: not a regular file \({what}\)"):
+            read_trace(path)
+
+
+def test_a_trace_on_stdin_is_read_and_named_stdin(monkeypatch):
+    data = f"{_chat()}\n{{bad\n".encode()
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data)))
+    with pytest.raises(RequestError, match=r"^<stdin>:2: not JSON"):
+        read_trace("-")
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(data[: data.index(b"{bad")])))
+    assert read_trace("-")[0].where == "<stdin>:1 (session 'a')"
+
+
+def test_reading_holds_one_line_of_text_at_a_time_not_the_whole_file(tmp_path):
+    """Sixteen lines of 512 KiB (JSON whitespace, parsed to almost nothing): a reader that holds
+    the whole file peaks past 8 MiB; one that reads line by line, near one line."""
+    pad = " " * (512 << 10)
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "".join(
+            f'{{"session": "s{k}",{pad}"messages": [{{"role": "user", "content": "x"}}]}}\n'
+            for k in range(16)
+        ),
+        encoding="utf-8",
+    )
+    tracemalloc.start()
+    try:
+        requests = read_trace(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(requests) == 16
+    assert peak < 4 << 20, f"peak {peak / 2**20:.1f} MiB"

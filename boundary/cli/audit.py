@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from boundary.cli.options import template_kwargs
+from boundary.cli.options import refuse_overwriting, template_kwargs
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -31,7 +31,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "summary with reuse rates, reused tokens, causes, producer ages, the stability horizon and what-if "
         "re-runs.",
     )
-    p.add_argument("trace", nargs="?", type=Path, help="JSONL trace (omit with --tau-bench or --regress)")
+    p.add_argument(
+        "trace", nargs="?", type=Path, help="JSONL trace, '-' for stdin (omit with --tau-bench or --regress)"
+    )
     p.add_argument("--family", help="shipped family, e.g. qwen3_5")
     p.add_argument("--variant", help="template variant (default: the family's default)")
     p.add_argument(
@@ -87,6 +89,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--family is required (e.g. --family qwen3_5)")
     if (args.trace is None) == (not args.tau_bench):
         raise ValueError("give a TRACE file or --tau-bench (one of them)")
+    refuse_overwriting(
+        {"trace": args.trace},
+        {
+            "--json": args.json_out,
+            "--markdown": args.markdown,
+            "--plot": args.plot,
+            "--write-trace": args.write_trace,
+        },
+    )
     if args.unit < 1:
         raise ValueError(f"--unit must be at least 1, got {args.unit}")
     kwargs = template_kwargs(args.template_kwargs)
@@ -127,10 +138,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
     """The trace to audit (a file, or the shipped tau-bench trajectories) and its label."""
-    from boundary.trace import read_trace, tau_bench_trace, write_trace
+    from boundary.trace import STDIN, read_trace, tau_bench_trace, write_trace
 
     if not args.tau_bench:
-        return read_trace(args.trace), str(args.trace)
+        return read_trace(args.trace), "stdin" if str(args.trace) == STDIN else str(args.trace)
     requests = tau_bench_trace(
         reasoning=args.reasoning,
         echo_reasoning=args.echo_reasoning,

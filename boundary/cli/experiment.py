@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from boundary.cli.options import template_kwargs
+from boundary.cli.options import refuse_overwriting, template_kwargs
 from boundary.retention_policy import Variant
 
 if TYPE_CHECKING:
@@ -60,7 +60,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _add_workload_arguments(p: argparse.ArgumentParser) -> None:
     """Which sessions to replay, rendered how."""
-    p.add_argument("--workload", required=True, help="tau_bench | mt_bench | bfcl | synthetic | PATH.jsonl")
+    p.add_argument(
+        "--workload", required=True, help="tau_bench | mt_bench | bfcl | synthetic | PATH.jsonl | - (stdin)"
+    )
     p.add_argument("--family", default="qwen3_5", help="shipped family (default: qwen3_5)")
     p.add_argument("--variant", help="template variant (default: the family's default)")
     p.add_argument("--template-kwargs", default="{}", help="JSON object of template kwargs")
@@ -232,6 +234,12 @@ def command_line(args: argparse.Namespace) -> str:
 def validate(args: argparse.Namespace) -> None:
     """Every option checked before any work; ``ValueError`` naming the option (exit 2)."""
     from boundary.experiment.policies import ALL_NAMES
+    from boundary.experiment.workloads import SHIPPED
+
+    trace = None if args.workload in SHIPPED else Path(args.workload)
+    refuse_overwriting(
+        {"trace": trace}, {"--json": args.json_out, "--report": args.report, "--plots": args.plots}
+    )
 
     positive = [
         ("--unit", args.unit or ()),
@@ -284,10 +292,11 @@ def run(args: argparse.Namespace) -> int:
     from boundary.experiment.harness import run_experiment
     from boundary.experiment.presets import preset_for_family
     from boundary.experiment.workloads import SHIPPED, build_stream
+    from boundary.trace import STDIN
 
     validate(args)
     err = Console(stderr=True, highlight=False)
-    if args.workload not in SHIPPED and not Path(args.workload).is_file():
+    if args.workload not in (*SHIPPED, STDIN) and not Path(args.workload).exists():
         raise ValueError(
             f"--workload {args.workload!r}: neither a shipped workload ({', '.join(SHIPPED)}) nor a file"
         )

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from boundary.cli.options import template_kwargs
+from boundary.cli.options import refuse_overwriting, template_kwargs
 
 if TYPE_CHECKING:
     from boundary.rendering import Rendering
@@ -94,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--unit must be at least 1, got {min(units)}")
     if args.context < 0:
         raise ValueError(f"--context must be at least 0, got {args.context}")
+    refuse_overwriting({"conversation": args.conversation}, {"--json": args.json_out})
     kwargs = template_kwargs(args.template_kwargs)
     target = resolve_target(args.target)
     messages, tools = _load(args.conversation)

@@ -8,8 +8,8 @@ boundaries into a stream; ``boundary.cli.experiment`` and ``benchmarks/replay.py
 Shipped: ``tau_bench`` (airline tool loops, one shared system policy), ``mt_bench`` (two-turn
 chats), ``bfcl`` (multi-turn function calling, synthesised assistant turns and tool results),
 ``synthetic`` (token-level sessions for scale). Anything else is read as a trace file in the
-audit's JSONL format. Rendered sessions are cached on disk (``BOUNDARY_CACHE_DIR``) under a
-key of everything that shapes them; arrival times are assigned after loading: a trace's
+audit's JSONL format (``-``: stdin). Rendered sessions are cached on disk (``BOUNDARY_CACHE_DIR``)
+under a key of everything that shapes them; arrival times are assigned after loading: a trace's
 recorded ``arrival_s`` by default (``arrivals.recorded``), else synthesised
 (``arrivals.interleave``: shipped workloads, traces without times, or ``arrivals="synthesised"``);
 the stream's provenance says which (``arrivals.source``) and why.
@@ -41,7 +41,7 @@ from boundary.experiment.workloads.script import (
 )
 from boundary.experiment.workloads.trace import render_trace
 from boundary.resources import cache_dir
-from boundary.trace import read_trace
+from boundary.trace import STDIN, TraceRequest, open_trace, read_trace
 
 SHIPPED = ("tau_bench", "mt_bench", "bfcl", "synthetic")
 
@@ -104,7 +104,9 @@ def rendered_sessions(
     formatter = native_output
     render = {"variant": options.variant, **options.template_kwargs}
     provenance: dict[str, Any] = {
-        "workload": workload if workload in SHIPPED else Path(workload).name,
+        "workload": workload
+        if workload in SHIPPED
+        else ("stdin" if workload == STDIN else Path(workload).name),
         "output_source": "boundary.outputs.format_output",
         "template": fam.default_variant if options.variant is None else options.variant,
         "tokenizer": fam.tokenizer.source,
@@ -112,8 +114,9 @@ def rendered_sessions(
         **options.model_dump(mode="json", exclude={"concurrency", "arrivals"}),
     }
     scripts: list[SessionScript] = []
+    trace: list[TraceRequest] | None = None
     if workload not in SHIPPED:
-        provenance["trace_sha"] = _digest(Path(workload))
+        provenance["trace_sha"], trace = _trace_key(workload)
     else:
         scripts = _shipped_scripts(workload, fam, options, provenance)
     # The cache key covers every input that shapes a rendered stream, not just the options.
@@ -126,7 +129,7 @@ def rendered_sessions(
         say(f"rendered sessions from cache {cached}")
         return Stream.load(cached)
     if workload not in SHIPPED:
-        lines = read_trace(workload)
+        lines = read_trace(workload) if trace is None else trace
         say(f"rendering {len(lines)} trace requests with {fam.name}")
         sessions = render_trace(fam, lines, render, formatter)
         stream.requests = [r for session in sessions.values() for r in session]
@@ -243,8 +246,19 @@ def build_stream(
     return Stream(rendered.name, provenance, requests)
 
 
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+def _trace_key(workload: str) -> tuple[str, list[TraceRequest] | None]:
+    """A trace file's digest, read in chunks; for stdin, which can be read only once, the
+    digest of its requests, and the requests."""
+    digest = hashlib.sha256()
+    if workload == STDIN:
+        requests = read_trace(STDIN)
+        for request in requests:
+            digest.update(request.model_dump_json(exclude_none=True).encode() + b"\n")
+        return digest.hexdigest()[:16], requests
+    with open_trace(workload) as file:
+        while chunk := file.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()[:16], None
 
 
 def _json_digest(value: Any) -> str:

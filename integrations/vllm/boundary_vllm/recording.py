@@ -42,7 +42,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from boundary.trace import TraceRequest, TraceWriter, production_record
+from boundary.trace import MAX_TRACE_BYTES, TraceRequest, TraceWriter, production_record
 
 RECORD_ENV = "BOUNDARY_RECORD_PATH"
 MISS = "miss"  # no hit: recorded as ``served_by: null``
@@ -52,7 +52,7 @@ UNATTRIBUTED = "unattributed"  # a hit the server reported without the kind that
 @dataclass(frozen=True, slots=True)
 class RecordLimits:
     max_records: int = 100_000
-    max_bytes: int = 1 << 30
+    max_bytes: int = MAX_TRACE_BYTES  # what ``boundary audit`` reads whole
     queue_size: int = 4096  # finished requests waiting for the writer; beyond it they are dropped
     poll_s: float = 0.25  # how often the writer thread wakes to write the backlog
 

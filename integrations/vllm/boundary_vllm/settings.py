@@ -4,7 +4,7 @@
         --additional-config '{"boundary": {"policy": "both"}}'
 
 Where it sits: the engine end, configuration: ``scheduler`` and ``engine_checks`` read it; it
-imports only ``boundary.retention_policy`` (the variant names).
+imports only ``boundary.retention_policy`` (the variant names) and ``boundary.trace`` (its size bound).
 
 Policies are the variants of ``boundary.retention_policy`` (the same decision the experiment's
 cache model runs): ``main_sparse`` (P_end), ``input_end`` (U_end), ``decode_end`` (D_end),
@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from boundary.retention_policy import Variant
+from boundary.trace import MAX_TRACE_BYTES
 
 SETTINGS_KEY = "boundary"
 
@@ -75,7 +76,12 @@ class IntegrationSettings(BaseModel):
     record_max_records: int = Field(
         default=100_000, ge=1, description="Stop recording after this many lines."
     )
-    record_max_bytes: int = Field(default=1 << 30, ge=1, description="Stop recording after this many bytes.")
+    record_max_bytes: int = Field(
+        default=MAX_TRACE_BYTES,
+        ge=1,
+        le=MAX_TRACE_BYTES,
+        description="Stop recording after this many bytes (at most what `boundary audit` reads).",
+    )
 
 
 class SettingsError(ValueError):
