@@ -4,7 +4,9 @@ Times prefill steps of a few prompt sizes and decode steps of a few batch sizes 
 random-weight Gated DeltaNet model (vLLM's CPU build), prefix caching off, and fits the form
 ``boundary.experiment.calibration`` prices steps with: a fixed cost per step, prefill linear
 in tokens, decode a fixed cost plus a cost per sequence. Prints the samples, the fitted
-constants, the largest relative residual of each fit, and the GPU assumption beside them.
+constants, the largest relative residual of each fit, whether the fit supports the form (or
+why not: a residual over 25%, a constant of the wrong sign; on a busy machine, measure again),
+and the GPU assumption beside them.
 
 Where it sits: outside the package, at the engine end: a script nobody imports; it drives
 ``boundary_vllm.step_costs`` (the engine tier's CPU build) and reads the experiment's cost form.
@@ -22,12 +24,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 from boundary.experiment.calibration import ASSUMED_H200
 
 
 def main() -> None:
-    from boundary_vllm.step_costs import fit, measure
+    from boundary_vllm.step_costs import FIT_TOLERANCE, fit, measure
     from boundary_vllm.tiny_models import model_dir
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,12 +42,17 @@ def main() -> None:
     sizes = tuple(int(x) for x in args.sizes.split(","))
     batches = tuple(int(x) for x in args.batches.split(","))
     samples = measure(model_dir("gdn"), sizes, batches, repeats=args.repeats, clock=args.clock)
+    fitted = fit(samples)
+    unstable = fitted.instabilities(FIT_TOLERANCE, max(batches))
     result = {
         "engine": "vLLM CPU build, tiny random-weight GDN model (boundary_vllm.tiny_models), bf16",
         "clock": "CPU seconds of the engine's thread" if args.clock == "cpu" else "wall seconds",
+        "load_average_1min": os.getloadavg()[0],
         "prefill_step_seconds": samples.prefill,
         "decode_step_seconds": samples.decode,
-        "fit": fit(samples).describe(),
+        "fit": fitted.describe(),
+        "fit_supports_the_form": not unstable,
+        "fit_instabilities": unstable,
         "gpu_assumption": ASSUMED_H200.describe(),
     }
     print(json.dumps(result, indent=2))

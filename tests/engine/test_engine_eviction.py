@@ -2,9 +2,20 @@
 sessions in flight: every hit is the one the cache model predicts when the model runs vLLM's
 block pool page by page (``engine_steps``: one page per group and block, freed pages reused
 first, Mamba pages released behind the running position) at the engine's geometry, and reused
-states still give the outputs of computing from scratch."""
+states still give the outputs of computing from scratch.
+
+The pool is sized for the block vLLM derives on this host (``engine_run.probe_layout``: an engine
+started and read first): the pages of each session's longest request, all sessions in flight at
+once, and nothing more; ``max_model_len`` is the longest request rounded up to the block. So
+whatever requests are in flight together fit (none is preempted), and the states the sessions
+keep beside them do not all fit: the pool evicts. How much each variant keeps beside its requests
+depends on the block (at 256-token blocks decode_end's few states fit in the pages the shorter
+requests leave free, at 384 they do not), so eviction is required of the variants together, and
+every variant's hits are checked whether it evicted or not."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -12,55 +23,74 @@ from tests.engine.support import (
     UNIT,
     VARIANTS,
     Runs,
+    engine_shape,
     in_flight_together,
+    sessions,
 )
 
 pytestmark = pytest.mark.engine
 
-NUM_BLOCKS = 36  # pages in the pool, shared by the attention group and the three Mamba groups
+IN_FLIGHT = 3  # all three sessions at once
+
+
+def longest_requests() -> list[int]:
+    """Tokens of each session's longest request, prompt and output."""
+    return [max(len(r.prompt_token_ids) + r.max_tokens for r in s) for s in sessions()]
 
 
 @pytest.fixture(scope="module")
 def engine(engine_model):
-    from boundary_vllm.engine_run import EngineRun, EngineShape
+    from boundary_vllm.engine_run import EngineRun, probe_layout
 
-    run = EngineRun(engine_model, EngineShape(prefix_match_unit=UNIT, num_blocks=NUM_BLOCKS, max_num_seqs=4))
+    shape = engine_shape(prefix_match_unit=UNIT, max_num_seqs=4)
+    layout = probe_layout(engine_model, shape)
+    longest = longest_requests()
+    assert len(longest) == IN_FLIGHT
+    max_len = math.ceil(max(longest) / layout.block_size) * layout.block_size
+    pages = 1 + sum(layout.pages_per_request(n) for n in longest)  # and vLLM's null block
+    run = EngineRun(
+        engine_model,
+        engine_shape(prefix_match_unit=UNIT, max_num_seqs=4, num_blocks=pages, max_model_len=max_len),
+    )
+    assert run.layout.block_size == layout.block_size  # the geometry the pool was sized for
+    assert run.layout.num_blocks == pages
     yield run
     run.close()
 
 
 @pytest.fixture(scope="module")
 def runs(engine):
-    return Runs(engine, in_flight=3)
-
-
-def groups(engine) -> tuple[int, int, int]:
-    """(attention groups, recurrent groups, page bytes) of the engine's KV-cache layout."""
-    from vllm.v1.kv_cache_interface import MambaSpec
-
-    specs = [g.kv_cache_spec for g in engine.scheduler.kv_cache_config.kv_cache_groups]
-    recurrent = sum(isinstance(s, MambaSpec) for s in specs)
-    return len(specs) - recurrent, recurrent, specs[0].page_size_bytes
+    return Runs(engine, in_flight=IN_FLIGHT)
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)
 def test_with_eviction_every_hit_is_the_one_the_cache_model_predicts(engine, runs, variant):
+    assert not runs.hits_unpredicted(variant, model_shape(engine))
+    assert in_flight_together(runs.served(variant))
+
+
+def model_shape(engine):
     from boundary_vllm.prediction import ModelShape
 
-    attention, recurrent, page = groups(engine)
-    shape = ModelShape(
-        engine.block_size,
+    layout = engine.layout
+    return ModelShape(
+        layout.block_size,
         UNIT,
-        page_bytes=page,
-        attention_groups=attention,
-        recurrent_groups=recurrent,
-        capacity_bytes=(NUM_BLOCKS - 1) * page,  # vLLM keeps one page as the null block
+        page_bytes=layout.page_bytes,
+        attention_groups=layout.attention_groups,
+        recurrent_groups=layout.recurrent_groups,
+        capacity_bytes=(layout.num_blocks - 1) * layout.page_bytes,  # vLLM keeps one page as the null block
         engine_steps=True,
     )
-    models: list = []
-    assert not runs.hits_unpredicted(variant, shape, models)
-    assert sum(models[0].stats.evictions.values()) > 0  # the pool did evict
-    assert in_flight_together(runs.served(variant))
+
+
+def test_the_pool_evicts_kept_states(engine, runs):
+    evictions = {}
+    for variant in VARIANTS:
+        models: list = []
+        runs.hits_unpredicted(variant, model_shape(engine), models)
+        evictions[variant.value] = sum(models[0].stats.evictions.values())
+    assert sum(evictions.values()) > 0, evictions
 
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: v.value)

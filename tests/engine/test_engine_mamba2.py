@@ -1,6 +1,6 @@
-"""A real vLLM engine (CPU build) over a tiny Mamba-2 model (``NemotronHForCausalLM``, block 256),
-unit 16: every variant's reused states give the outputs of computing from scratch, and every hit
-is the one the cache model predicts.
+"""A real vLLM engine (CPU build) over a tiny Mamba-2 model (``NemotronHForCausalLM``, the block
+vLLM derives), unit 16: every variant's reused states give the outputs of computing from
+scratch, and every hit is the one the cache model predicts.
 
 **A workaround for a CPU-kernel limitation, in this test's engine setup only**: in align mode
 vLLM's Mamba-2 layer asks its kernel to export the prompt-end state from inside the last chunk
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.engine.support import UNIT, VARIANTS, Runs, sessions
+from tests.engine.support import UNIT, VARIANTS, Runs, engine_shape, sessions
 
 pytestmark = pytest.mark.engine
 
@@ -23,14 +23,14 @@ SESSIONS = 2  # the tool loop and U_end's case
 
 @pytest.fixture(scope="module")
 def engine():
-    from boundary_vllm.engine_run import EngineRun, EngineShape
+    from boundary_vllm.engine_run import EngineRun
     from boundary_vllm.tiny_models import model_dir
     from vllm.model_executor.layers.mamba.abstract import MambaBase
     from vllm.model_executor.layers.mamba.mamba_mixer2 import MambaMixer2
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(MambaMixer2, "get_kv_cache_spec", MambaBase.get_kv_cache_spec)  # the workaround
-        run = EngineRun(model_dir("mamba2"), EngineShape(prefix_match_unit=UNIT, max_num_seqs=4))
+        run = EngineRun(model_dir("mamba2"), engine_shape(prefix_match_unit=UNIT, max_num_seqs=4))
         assert not run.scheduler.mamba_has_prefill_checkpoint_blocks
         yield run
         run.close()

@@ -12,7 +12,7 @@ import pytest
 
 from boundary.cli.main import main as boundary_main
 from boundary.trace import read_trace
-from tests.engine.support import UNIT, requests, turns
+from tests.engine.support import UNIT, engine_shape, requests, turns
 from tests.support import family
 
 pytestmark = pytest.mark.engine
@@ -24,18 +24,18 @@ CONVERSATIONS = ((0, 12), (11, 6))  # a tool loop, then U_end's case: one sessio
 def recorded(engine_model, tmp_path_factory):
     """The file, the sessions sent and the engine's outcomes (one session in flight, so the
     file's order is the order the engine served)."""
-    from boundary_vllm.engine_run import EngineRun, EngineShape
+    from boundary_vllm.engine_run import EngineRun
 
     path = tmp_path_factory.mktemp("recorded") / "engine.jsonl"
-    shape = EngineShape(prefix_match_unit=UNIT, policy="both", settings={"record_path": str(path)})
+    shape = engine_shape(prefix_match_unit=UNIT, policy="both", settings={"record_path": str(path)})
     run = EngineRun(engine_model, shape)
     sessions = [
         [dataclasses.replace(r, session=f"tau-{c}") for r in requests(turns(c, m))] for c, m in CONVERSATIONS
     ]
     outcomes = run.run_sessions(sessions, concurrency=1)
-    block = run.block_size
+    layout = run.layout
     run.close()  # closes the recorder: everything queued is written
-    return path, sessions, outcomes, block
+    return path, sessions, outcomes, layout
 
 
 def test_every_finished_request_is_recorded_with_the_hit_the_engine_served(recorded):
@@ -65,7 +65,7 @@ def test_the_experiment_replays_the_file_with_the_hits_the_engine_served(recorde
     from boundary.experiment.workloads.rendering import native_output
     from boundary.experiment.workloads.trace import render_trace
 
-    path, _, _, block = recorded
+    path, _, _, layout = recorded
     records = read_trace(path)
     fam = family("qwen3_5")
     stream = Stream("engine", {})
@@ -77,7 +77,12 @@ def test_the_experiment_replays_the_file_with_the_hits_the_engine_served(recorde
         dataclasses.replace(r, rid=k, arrival=2.0 * k, finish=2.0 * k + 1.0) for k, r in enumerate(rendered)
     ]
     geometry = CacheGeometry(
-        block, UNIT, page_bytes=4096, group_size=1, attention_groups=1, recurrent_groups=3
+        layout.block_size,
+        UNIT,
+        page_bytes=layout.page_bytes,
+        group_size=1,
+        attention_groups=layout.attention_groups,
+        recurrent_groups=layout.recurrent_groups,
     )
     reqs = cache_requests(stream, UNIT)
     events = event_order(reqs)

@@ -288,6 +288,20 @@ def test_d_end_is_capped_at_the_last_computed_token_and_never_before_p_end():
     twin=st.booleans(),
     variant=st.sampled_from([*Variant, *SessionVariant]),
 )
+# Found by a random draw: past the horizon (192) a D_end of 256 or more lost the decode state
+# at 192 that a D_end of 193-255 kept, though its decode pass crossed 192 as well.
+@example(
+    p_end=140,
+    u_back=0,
+    outputs=(60, 200),
+    round_trip=None,
+    horizon=192,
+    block=64,
+    unit=1,
+    states=DecodeStates.BLOCK,
+    twin=True,
+    variant=Variant.CHAT_AWARE,
+)
 def test_may_keep_decode_says_yes_whenever_some_d_end_keeps_a_decode_state(
     p_end, u_back, outputs, round_trip, horizon, block, unit, states, twin, variant
 ):
@@ -310,13 +324,16 @@ def test_may_keep_decode_says_yes_whenever_some_d_end_keeps_a_decode_state(
         assert not may_keep_decode(variant, b, g)
 
 
-def test_a_d_end_the_horizon_reaches_holds_decode_states_though_a_deeper_one_would_not():
-    """chat_aware counts a D_end at or before the horizon (1) as certainly reused and one past
-    it by the verdict (none): the deepest D_end alone would answer no at admission."""
-    g = EngineGeometry(64, 1, DecodeStates.UNIT, False)
-    b = RequestBoundaries(1, 1, None, None, 1, user_turn=True)
-    assert any(k.phase is Phase.DECODE for k in decide("chat_aware", replace(b, d_end=1), g).keeps)
-    assert not any(k.phase is Phase.DECODE for k in decide("chat_aware", replace(b, d_end=2), g).keeps)
+def test_a_d_end_past_the_horizon_keeps_the_decode_state_at_the_horizon():
+    """chat_aware counts a D_end at or before the horizon as certainly reused and one past it
+    by the verdict (none here); past it, the decode state the pass left at the horizon is still
+    certainly reused, so a deeper D_end keeps that one instead of falling back to U_end."""
+    g = EngineGeometry(64, 1, DecodeStates.BLOCK, True)
+    b = RequestBoundaries(140, 140, None, None, 192, user_turn=True)
+    assert kept("chat_aware", replace(b, d_end=200), g)[-1] == (192, ("decode_end",))
+    assert kept("chat_aware", replace(b, d_end=300), g)[-1] == (192, ("decode_end",))
+    assert kept("chat_aware", replace(b, d_end=300, round_trip=1.0), g)[-1] == (256, ("decode_end",))
+    assert kept("chat_aware", replace(b, d_end=150), g)[-1] == (139, ("input_end",))  # no decode state yet
     assert may_keep_decode("chat_aware", b, g)
 
 

@@ -33,7 +33,7 @@ import gc
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -235,6 +235,11 @@ class EngineShape:
     max_num_batched_tokens: int = 2048
     max_model_len: int = 8192
     gpu_memory_utilization: float | None = None  # vLLM's default (0.9) when None; GPU only
+    # vLLM's ``mamba_ssm_cache_dtype`` (None: the platform's choice). It sets the recurrent page's
+    # bytes and so the attention block vLLM derives: on the CPU build the accelerated GDN kernel
+    # (AVX-512 BF16 or AMX hosts) stores float32 states unless "bfloat16" is asked for, other
+    # hosts store the model's dtype, so the same model gets another block on another CPU.
+    ssm_state_dtype: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]``
 
 
@@ -254,11 +259,13 @@ class EngineRun:
 
         self.shape = shape
         boundary = {"policy": shape.policy, "request_policy": True, "log_interval_s": 0, **shape.settings}
-        memory = (
+        memory: dict[str, Any] = (
             {}
             if shape.gpu_memory_utilization is None
             else {"gpu_memory_utilization": shape.gpu_memory_utilization}
         )
+        if shape.ssm_state_dtype is not None:
+            memory["mamba_ssm_cache_dtype"] = shape.ssm_state_dtype
         self.llm = LLM(
             model=str(model),
             dtype="bfloat16",
@@ -288,6 +295,11 @@ class EngineRun:
     def block_size(self) -> int:
         return int(self.scheduler.cache_config.block_size)
 
+    @property
+    def layout(self) -> CacheLayout:
+        """The KV-cache layout this engine derived (``CacheLayout``)."""
+        return CacheLayout.of(self.scheduler)
+
     def reset_prefix_cache(self) -> None:
         if not self.llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset the prefix cache (requests still running?)")
@@ -308,6 +320,64 @@ class EngineRun:
     def _next_id(self) -> str:
         self._count += 1
         return f"engine-{self._count}"
+
+
+@dataclass(frozen=True, slots=True)
+class CacheLayout:
+    """The KV-cache geometry a running engine derived: its attention block (tokens), the bytes of
+    one page (every group's page is padded to the same size), how many KV-cache groups hold
+    attention and how many a recurrent state, the pages one recurrent group holds for a running
+    request (align mode: the running state and the one before it), the bytes of one layer's
+    recurrent state before padding, and the pool's pages (one is vLLM's null block).
+
+    vLLM derives the block from the recurrent page's bytes and the platform (the state's dtype
+    differs by CPU), so tests size pools and expectations from this, never from a constant."""
+
+    block_size: int
+    page_bytes: int
+    attention_groups: int
+    recurrent_groups: int
+    recurrent_pages_per_request: int
+    state_bytes: int
+    num_blocks: int
+
+    @classmethod
+    def of(cls, scheduler: Any) -> CacheLayout:
+        from vllm.v1.kv_cache_interface import MambaSpec
+
+        config = scheduler.kv_cache_config
+        specs = [g.kv_cache_spec for g in config.kv_cache_groups]
+        recurrent = [s for s in specs if isinstance(s, MambaSpec)]
+        vllm_config = scheduler.vllm_config
+        return cls(
+            block_size=int(scheduler.cache_config.block_size),
+            page_bytes=int(specs[0].page_size_bytes),
+            attention_groups=len(specs) - len(recurrent),
+            recurrent_groups=len(recurrent),
+            recurrent_pages_per_request=max(
+                (s.max_memory_usage_bytes(vllm_config) // s.page_size_bytes for s in recurrent), default=0
+            ),
+            state_bytes=max((int(s.real_page_size_bytes) for s in recurrent), default=0),
+            num_blocks=int(config.num_blocks),
+        )
+
+    def pages_per_request(self, tokens: int) -> int:
+        """Pages one running request of ``tokens`` tokens holds, as vLLM counts them when it
+        checks that the pool serves one request of ``max_model_len``."""
+        return self.attention_groups * -(-tokens // self.block_size) + (
+            self.recurrent_groups * self.recurrent_pages_per_request
+        )
+
+
+def probe_layout(model: Path | str, shape: EngineShape = EngineShape()) -> CacheLayout:
+    """The layout an engine with ``shape`` derives over ``model`` (its pool left to vLLM): an
+    engine is started, read and closed, so a caller can size a pool in pages for the block vLLM
+    chooses on this host before starting the engine it tests."""
+    run = EngineRun(model, replace(shape, num_blocks=None))
+    try:
+        return run.layout
+    finally:
+        run.close()
 
 
 class _Sessions:
@@ -400,6 +470,37 @@ class OutputComparison:
     def agrees(self, tolerance: float) -> bool:
         """Identical, or diverged only at a near tie, and logprobs within ``tolerance``."""
         return (self.identical or self.near_tie) and self.max_logprob_diff <= tolerance
+
+
+# Two bf16 steps of a logit of magnitude 1-2 (2 x 2^-7, rounded up): the least a comparison allows.
+TOLERANCE_FLOOR = 0.02
+
+
+def batch_noise(
+    alone: Sequence[Sequence[EngineOutcome]], batched: Sequence[Sequence[EngineOutcome]]
+) -> float:
+    """The largest top-1 logprob difference between two from-scratch passes over the same
+    requests (say, each request alone and the sessions in a batch), over the steps where both
+    passes had the same context: what this host's kernels change by reordering bf16 sums,
+    with no state reused."""
+    return max(
+        (
+            compare_outputs(a, b, 0.0).max_logprob_diff
+            for row_a, row_b in zip(alone, batched, strict=True)
+            for a, b in zip(row_a, row_b, strict=True)
+        ),
+        default=0.0,
+    )
+
+
+def tolerance_for(noise: float) -> float:
+    """The logprob tolerance for comparing a run that reused states with its from-scratch
+    reference on a host whose from-scratch passes differ by ``noise`` (``batch_noise``):
+    twice the noise, since a reused run differs from its reference by chunking (the reused
+    prefix is not recomputed) as well as by batching, each a reordering of the same sums; never
+    below ``TOLERANCE_FLOOR``. Tokens are compared exactly except where the reference's two
+    best were within the tolerance (``OutputComparison.near_tie``)."""
+    return max(TOLERANCE_FLOOR, 2 * noise)
 
 
 def compare_outputs(reused: EngineOutcome, reference: EngineOutcome, tolerance: float) -> OutputComparison:
