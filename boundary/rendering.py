@@ -71,10 +71,12 @@ class Rendering:
         self, unit: int, kind: CheckpointKind | str = CheckpointKind.INPUT_END
     ) -> Checkpoint | None:
         """Where checkpoint ``kind`` (``input_end`` or ``prompt_end``) materializes for
-        ``prefix_match_unit=unit``; None when U_end is unavailable."""
+        ``prefix_match_unit=unit``, by the rule the engine keeps it by
+        (``boundary.checkpoints.checkpoint_position``); None when U_end is unavailable."""
         kind = CheckpointKind(kind)
         if kind is CheckpointKind.PROMPT_END:
-            return Checkpoint.at(kind, self.p_end, unit)
+            return Checkpoint.at(kind, self.p_end, unit, p_end=self.p_end)
         if kind is CheckpointKind.INPUT_END:
-            return None if self.u_end is None else Checkpoint.at(kind, self.u_end, unit)
+            u_end = self.u_end
+            return None if u_end is None else Checkpoint.at(kind, u_end, unit, p_end=self.p_end)
         raise ValueError(f"a rendering alone has no {kind.value} checkpoint")

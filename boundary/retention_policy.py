@@ -19,7 +19,9 @@ Variants (reactive shared-prefix junctions are always kept by the engine itself)
   D_end: the probability that its tokens reach the next request (1 where it materializes at
   or before the stability horizon; beyond it, 0 for U_end and the round-trip verdict for P_end
   and D_end; without a horizon, 1 for U_end and the verdict for the others) times where it
-  actually materializes, counted only beyond what the block twin already gives. A state
+  actually materializes, counted only beyond what the block twin already gives. A D_end past
+  a horizon that reaches into the output also offers the decode state at the horizon (the
+  decode pass crossed it; certainly reused). A state
   nothing predicts to pay is not kept. On a request that opens a tool
   loop (its prompt ends in a user message, its output calls a tool) P_end is no candidate:
   the loop's requests keep what the session's next user turn may strip, and U_end is the
@@ -36,12 +38,14 @@ floor (``EngineGeometry.exported_twin``): the twin then sits at P_end's own posi
 ``EngineGeometry.upstream_twin=False`` drops it (an engine that keeps only what the variant
 asks for).
 
-Materialization (vLLM 0.33.0 align mode): a prompt-side state at logical ``n`` lands on
-``floor(n / unit) * unit`` (a prefill chunk ends there); P_end's anchor is ``P_end - 1`` (the
-last prompt token is recomputed for logits). An output-side state exists only where decoding
-left one: at a block boundary the decode crossed (``decode_states=block``, what vLLM does), at
-every unit boundary (``decode_states=unit``, an engine that snapshots while decoding), or
-nowhere (``decode_states=none``: prefill and decode disaggregated without a way back).
+Materialization (vLLM 0.33.0 align mode) is ``boundary.checkpoints``'s one rule, the one
+``Rendering.checkpoint`` answers by: a prompt-side state at logical ``n`` lands on
+``floor(n / unit) * unit`` (a prefill chunk ends there); P_end's anchor is ``P_end - 1`` and
+U_end's ``min(U_end, P_end - 1)`` (the last prompt token is recomputed for logits). An
+output-side state exists only where decoding left one: at a block boundary the decode
+crossed (``decode_states=block``, what vLLM does), at every unit boundary
+(``decode_states=unit``, an engine that snapshots while decoding), or nowhere
+(``decode_states=none``: prefill and decode disaggregated without a way back).
 
 Two phases. At admission D_end is unknown (``RequestBoundaries.d_end is None``): the decision
 names the prompt-side states, which must exist by the end of prefill. At finish D_end is known;
@@ -54,6 +58,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from enum import StrEnum
+
+from boundary.checkpoints import CheckpointKind, input_end_position, materialize, prompt_end_position
 
 
 class Variant(StrEnum):
@@ -85,29 +91,19 @@ class SessionVariant(StrEnum):
     CHAIN_FALLBACK = "chain_fallback"
 
 
-class StateKind(StrEnum):
-    """What a kept state stands for (values shared with ``boundary.checkpoints.CheckpointKind``)."""
-
-    PROMPT_END = "prompt_end"
-    INPUT_END = "input_end"
-    DECODE_END = "decode_end"
-    REACTIVE = "reactive"  # a shared-prefix junction (kept by the engine, never by a policy)
-    PROMPT_END_BLOCK = "prompt_end_block"  # P_end's block twin: what upstream keeps anyway
-
-
 # When one state answers for several kinds, a hit is credited to the first here.
 SERVING_ORDER = (
-    StateKind.DECODE_END,
-    StateKind.INPUT_END,
-    StateKind.PROMPT_END,
-    StateKind.REACTIVE,
-    StateKind.PROMPT_END_BLOCK,
+    CheckpointKind.DECODE_END,
+    CheckpointKind.INPUT_END,
+    CheckpointKind.PROMPT_END,
+    CheckpointKind.REACTIVE,
+    CheckpointKind.PROMPT_END_BLOCK,
 )
 
 
-def serving_kind(kinds: Iterable[str]) -> StateKind | None:
+def serving_kind(kinds: Iterable[str]) -> CheckpointKind | None:
     """The kind a hit on a state standing for ``kinds`` is credited to: the first of them in
-    ``SERVING_ORDER`` (None: none of them is a ``StateKind``). The one rule for the plugin's
+    ``SERVING_ORDER`` (None: none of them is a ``CheckpointKind``). The one rule for the plugin's
     ledger, the cache model's entries and ``Keep.kind``."""
     present = set(kinds)
     return next((k for k in SERVING_ORDER if k in present), None)
@@ -178,12 +174,12 @@ class Keep:
     or before ``p_end``, a ``DECODE`` keep at or after it."""
 
     position: int
-    kinds: tuple[StateKind, ...]
+    kinds: tuple[CheckpointKind, ...]
     phase: Phase
     until_next_user_turn: bool = False  # held, not evictable, until the session's next user turn
 
     @property
-    def kind(self) -> StateKind:
+    def kind(self) -> CheckpointKind:
         kind = serving_kind(self.kinds)
         assert kind is not None, self.kinds  # kinds is never empty
         return kind
@@ -217,19 +213,16 @@ def capped_d_end(committed_end: int, num_tokens: int, p_end: int) -> int:
 
 
 # -- materialization -------------------------------------------------------------------------------
+# The rules themselves are ``boundary.checkpoints``'s (``prompt_end_position``,
+# ``input_end_position``), the ones ``Rendering.checkpoint`` answers by.
 def prompt_position(logical: int, unit: int) -> int:
     """Where a prompt-side state wanted at ``logical`` materializes."""
-    return max(logical, 0) // unit * unit
-
-
-def prompt_end_position(p_end: int, unit: int) -> int:
-    """P_end's state: the deepest unit boundary strictly before the last prompt token."""
-    return prompt_position(p_end - 1, unit)
+    return materialize(max(logical, 0), unit)
 
 
 def twin_position(p_end: int, block_size: int) -> int:
     """P_end's block twin."""
-    return prompt_position(p_end - 1, block_size)
+    return prompt_end_position(p_end, block_size)
 
 
 def upstream_position(p_end: int, geometry: EngineGeometry) -> int:
@@ -251,7 +244,7 @@ def decode_position(logical: int, p_end: int, geometry: EngineGeometry) -> int:
 # -- candidates ------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class _Candidate:
-    kind: StateKind
+    kind: CheckpointKind
     position: int  # 0: does not materialize
     phase: Phase
     reach: float  # the probability its tokens are a prefix of the next request
@@ -260,21 +253,19 @@ class _Candidate:
 def _input_end(b: RequestBoundaries, g: EngineGeometry) -> _Candidate:
     if b.u_end is None:
         return _prompt_end(b, g)
-    # U_end == P_end (no generation suffix): the state lands where P_end's does, since the
-    # last prompt token is recomputed for its logits.
-    position = prompt_position(min(b.u_end, b.p_end - 1), g.unit)
-    return _Candidate(StateKind.INPUT_END, position, Phase.PREFILL, 1.0)
+    position = input_end_position(b.u_end, b.p_end, g.unit)
+    return _Candidate(CheckpointKind.INPUT_END, position, Phase.PREFILL, 1.0)
 
 
 def _prompt_end(b: RequestBoundaries, g: EngineGeometry) -> _Candidate:
     return _Candidate(
-        StateKind.PROMPT_END, prompt_end_position(b.p_end, g.unit), Phase.PREFILL, b.round_trip or 0.0
+        CheckpointKind.PROMPT_END, prompt_end_position(b.p_end, g.unit), Phase.PREFILL, b.round_trip or 0.0
     )
 
 
 def _decode_end(b: RequestBoundaries, g: EngineGeometry) -> _Candidate:
     position = 0 if b.d_end is None else decode_position(b.d_end, b.p_end, g)
-    return _Candidate(StateKind.DECODE_END, position, Phase.DECODE, b.round_trip or 0.0)
+    return _Candidate(CheckpointKind.DECODE_END, position, Phase.DECODE, b.round_trip or 0.0)
 
 
 def _expected(c: _Candidate, floor: int, floor_reach: float) -> float:
@@ -321,11 +312,13 @@ def _horizon(b: RequestBoundaries, g: EngineGeometry) -> list[_Candidate]:
     if h >= b.p_end:
         prompt_side = prompt_end_position(b.p_end, g.unit)
     at_input_end = b.u_end is not None and prompt_side <= prompt_position(b.u_end, g.unit)
-    kind = StateKind.INPUT_END if at_input_end else StateKind.PROMPT_END
+    kind = CheckpointKind.INPUT_END if at_input_end else CheckpointKind.PROMPT_END
     out = [_Candidate(kind, prompt_side, Phase.PREFILL, 1.0)]
     if b.d_end is not None and h >= b.p_end:
         out.append(
-            _Candidate(StateKind.DECODE_END, decode_position(min(h, b.d_end), b.p_end, g), Phase.DECODE, 1.0)
+            _Candidate(
+                CheckpointKind.DECODE_END, decode_position(min(h, b.d_end), b.p_end, g), Phase.DECODE, 1.0
+            )
         )
     deepest = max(out, key=lambda c: c.position)
     return [deepest]
@@ -355,10 +348,24 @@ def _chat_aware(b: RequestBoundaries, g: EngineGeometry) -> list[_Candidate]:
     is expected to round-trip: D_end lies beyond it); at finish D_end replaces it only where it
     materializes deeper. Nothing beyond the twin when no candidate is expected to pay."""
     u, p = _reached(_input_end(b, g), b), _reached(_prompt_end(b, g), b)
-    prompt = [u] if u.kind is StateKind.INPUT_END and _opens_tool_loop(b) else [u, p]
-    candidates = prompt if b.d_end is None else [*prompt, _reached(_decode_end(b, g), b)]
+    prompt = [u] if u.kind is CheckpointKind.INPUT_END and _opens_tool_loop(b) else [u, p]
+    candidates = prompt if b.d_end is None else [*prompt, *_decode_candidates(b, g)]
     best = _best(candidates, b, g)
     return [] if best is None else [best]
+
+
+def _decode_candidates(b: RequestBoundaries, g: EngineGeometry) -> list[_Candidate]:
+    """D_end, and where D_end lies past a horizon that reaches into the output, the decode
+    state at the horizon too: the decode pass crossed it, and the next request certainly
+    reuses it, so a deeper D_end never loses what a shallower one on its side keeps."""
+    d_end = _reached(_decode_end(b, g), b)
+    assert b.d_end is not None
+    if b.horizon is None or not b.p_end <= b.horizon < b.d_end:
+        return [d_end]
+    at_horizon = _Candidate(
+        CheckpointKind.DECODE_END, decode_position(b.horizon, b.p_end, g), Phase.DECODE, 1.0
+    )
+    return [d_end, at_horizon]
 
 
 def _reached(c: _Candidate, b: RequestBoundaries) -> _Candidate:
@@ -369,7 +376,7 @@ def _reached(c: _Candidate, b: RequestBoundaries) -> _Candidate:
         return c
     if c.position <= b.horizon:
         return _Candidate(c.kind, c.position, c.phase, 1.0)
-    return _Candidate(c.kind, c.position, c.phase, 0.0) if c.kind is StateKind.INPUT_END else c
+    return _Candidate(c.kind, c.position, c.phase, 0.0) if c.kind is CheckpointKind.INPUT_END else c
 
 
 def decide(
@@ -379,9 +386,9 @@ def decide(
     if variant in tuple(SessionVariant):
         return _chain_fallback(request, geometry)
     v = Variant(variant)
-    kinds: dict[int, tuple[list[StateKind], Phase]] = {}
+    kinds: dict[int, tuple[list[CheckpointKind], Phase]] = {}
 
-    def keep(position: int, kind: StateKind, phase: Phase) -> None:
+    def keep(position: int, kind: CheckpointKind, phase: Phase) -> None:
         if position <= 0:
             return
         at = kinds.setdefault(position, ([], phase))
@@ -391,7 +398,7 @@ def decide(
     for c in _chosen(v, request, geometry):
         keep(c.position, c.kind, c.phase)
     if geometry.upstream_twin:
-        keep(upstream_position(request.p_end, geometry), StateKind.PROMPT_END_BLOCK, Phase.PREFILL)
+        keep(upstream_position(request.p_end, geometry), CheckpointKind.PROMPT_END_BLOCK, Phase.PREFILL)
     return Decision(tuple(Keep(p, tuple(k), phase) for p, (k, phase) in sorted(kinds.items())))
 
 
@@ -406,12 +413,12 @@ def may_keep_decode(
     (D_end unknown): an executor then holds the decode states it crosses until finish.
 
     Derived from ``decide`` itself, at two D_ends: the deepest, and the stability horizon's
-    reach when it is at or past P_end. Beyond the horizon a variant's decode keep is monotone
-    in D_end (a deeper D_end materializes at least as deep and is worth at least as much), and
-    up to it too; only crossing it can lose the keep (``chat_aware`` counts a D_end the horizon
-    reaches as certainly reused, one past it by the round-trip verdict), so if any D_end keeps
-    one, one of the two does (the tests hold it). Over-answering costs a tentative hold
-    released at finish; under-answering would lose the state the decision keeps.
+    reach when it is at or past P_end. On each side of the horizon a variant's decode keep is
+    monotone in D_end (a deeper D_end materializes at least as deep and is worth at least as
+    much; past the horizon ``chat_aware`` and ``horizon`` still have the decode state at the
+    horizon), so if any D_end keeps one, one of the two does (the tests hold it).
+    Over-answering costs a tentative hold released at finish; under-answering would lose the
+    state the decision keeps.
     """
     probes = [max(_DEEPEST, request.p_end)]
     if request.horizon is not None and request.horizon >= request.p_end:
@@ -430,11 +437,11 @@ def _chain_fallback(b: RequestBoundaries, g: EngineGeometry) -> Decision:
     if not b.user_turn:
         return Decision(base)
     u = _input_end(b, g)
-    if u.kind is not StateKind.INPUT_END or u.position <= 0:
+    if u.kind is not CheckpointKind.INPUT_END or u.position <= 0:
         return Decision(base)
     keeps = {k.position: k for k in base}
     at = keeps.get(u.position)
-    kinds = (StateKind.INPUT_END, *(at.kinds if at else ()))
+    kinds = (CheckpointKind.INPUT_END, *(at.kinds if at else ()))
     keeps[u.position] = Keep(u.position, kinds, Phase.PREFILL, until_next_user_turn=True)
     return Decision(tuple(keeps[p] for p in sorted(keeps)))
 

@@ -195,10 +195,12 @@ def check_continuation(
 
 def checkpoints(prompt: Rendering, d_end: int, unit: int) -> tuple[Checkpoint, ...]:
     """P_end, U_end (when found) and D_end of one turn, materialized for ``unit``."""
-    out = [Checkpoint.at(CheckpointKind.PROMPT_END, prompt.p_end, unit)]
+    out = [Checkpoint.at(CheckpointKind.PROMPT_END, prompt.p_end, unit, p_end=prompt.p_end)]
     if prompt.u_end is not None:
-        out.append(Checkpoint.at(CheckpointKind.INPUT_END, prompt.u_end, unit))
-    out.append(Checkpoint.at(CheckpointKind.DECODE_END, TokenOffset(prompt.p_end + d_end), unit))
+        out.append(Checkpoint.at(CheckpointKind.INPUT_END, prompt.u_end, unit, p_end=prompt.p_end))
+    out.append(
+        Checkpoint.at(CheckpointKind.DECODE_END, TokenOffset(prompt.p_end + d_end), unit, p_end=prompt.p_end)
+    )
     return tuple(out)
 
 

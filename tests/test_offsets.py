@@ -67,9 +67,9 @@ def test_the_type_checker_refuses_a_char_offset_where_a_token_offset_is_meant(
     mixed.write_text(
         "from boundary.checkpoints import Checkpoint, CheckpointKind\n"
         "from boundary.offsets import CharOffset, OffsetsTokenMap, TokenOffset, locate\n"
-        "Checkpoint.at(CheckpointKind.INPUT_END, TokenOffset(3), 1)\n"
+        "Checkpoint.at(CheckpointKind.INPUT_END, TokenOffset(3), 1, p_end=TokenOffset(4))\n"
         "locate(OffsetsTokenMap([], 0), CharOffset(0))\n"
-        "Checkpoint.at(CheckpointKind.INPUT_END, CharOffset(3), 1)\n"
+        "Checkpoint.at(CheckpointKind.INPUT_END, CharOffset(3), 1, p_end=TokenOffset(4))\n"
         "locate(OffsetsTokenMap([], 0), TokenOffset(0))\n"
     )
     out, _, status = api.run([str(mixed), "--follow-imports=silent", f"--cache-dir={tmp_path / 'cache'}"])

@@ -56,13 +56,18 @@ def audit_production_session(
             reuses=_best(made, here, k),
         )
         kept = _committed(ids, len(prompt), request.d_end, stops)
-        points = [Checkpoint.at(CheckpointKind.PROMPT_END, TokenOffset(len(prompt)), unit)]
+        p_end = TokenOffset(len(prompt))
+        points = [Checkpoint.at(CheckpointKind.PROMPT_END, p_end, unit, p_end=p_end)]
         if request.u_end is not None:
-            points.append(Checkpoint.at(CheckpointKind.INPUT_END, TokenOffset(request.u_end), unit))
+            points.append(
+                Checkpoint.at(CheckpointKind.INPUT_END, TokenOffset(request.u_end), unit, p_end=p_end)
+            )
         if kept is not None:
             record.d_end = len(kept)
             points.append(
-                Checkpoint.at(CheckpointKind.DECODE_END, TokenOffset(len(prompt) + len(kept)), unit)
+                Checkpoint.at(
+                    CheckpointKind.DECODE_END, TokenOffset(len(prompt) + len(kept)), unit, p_end=p_end
+                )
             )
         for c in points:
             record.checkpoints[_kind(c)] = CheckpointRecord(logical=c.logical, position=c.position)

@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from boundary.cache.accounting import CacheGeometry
-from boundary.retention_policy import Decision, DecodeStates, EngineGeometry, Phase, StateKind
+from boundary.checkpoints import CheckpointKind
+from boundary.retention_policy import Decision, DecodeStates, EngineGeometry, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,7 @@ def plan_retention(
             at.append(kind)
 
     for k in decision.keeps:
-        own = [kind for kind in k.kinds if kind is not StateKind.PROMPT_END_BLOCK]
+        own = [kind for kind in k.kinds if kind is not CheckpointKind.PROMPT_END_BLOCK]
         candidates += len(k.kinds)
         collapsed += max(len(own) - 1, 0)
         on_twin += len(own) if len(own) < len(k.kinds) else 0
@@ -93,7 +94,7 @@ def plan_retention(
             junction_on_kept += 1
         for position in {floored, primary}:
             if position > joint:
-                keep(position, StateKind.REACTIVE.value)
+                keep(position, CheckpointKind.REACTIVE.value)
         if max(floored, primary) <= joint:
             covered += 1
     states = tuple(

@@ -40,7 +40,9 @@ def test_each_recorded_checkpoint_is_checked_against_the_next_prompt_by_token_pr
     }
     assert second.next_common_prefix == 3 and second.round_trips is None
     assert (second.reuses.kind, second.reuses.position, second.reuses.producer_age) == ("decode_end", 6, 1)
-    assert (third.reuses.kind, third.reuses.position, third.reuses.producer_age) == ("input_end", 2, 2)
+    # the first prompt's P_end state covers [1, 2, 3] (its last token is recomputed), a prefix of
+    # the third prompt: deeper than its U_end state
+    assert (third.reuses.kind, third.reuses.position, third.reuses.producer_age) == ("prompt_end", 3, 2)
     assert run.production and run.summary.kinds["decode_end"].reached == 1
 
 

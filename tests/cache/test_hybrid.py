@@ -6,18 +6,12 @@ import pytest
 
 from boundary.cache import CacheRequest, PrefixHasher
 from boundary.cache.hybrid import CacheConfig
-from boundary.retention_policy import (
-    Decision,
-    DecodeStates,
-    EngineGeometry,
-    RequestBoundaries,
-    StateKind,
-    decide,
-)
+from boundary.checkpoints import CheckpointKind
+from boundary.retention_policy import Decision, DecodeStates, EngineGeometry, RequestBoundaries, decide
 from tests.cache.conftest import geometry
 
-P_END, U_END, D_END = StateKind.PROMPT_END, StateKind.INPUT_END, StateKind.DECODE_END
-TWIN = StateKind.PROMPT_END_BLOCK
+P_END, U_END, D_END = CheckpointKind.PROMPT_END, CheckpointKind.INPUT_END, CheckpointKind.DECODE_END
+TWIN = CheckpointKind.PROMPT_END_BLOCK
 
 SYSTEM = list(range(1000, 1016))  # 16 tokens: two whole blocks
 

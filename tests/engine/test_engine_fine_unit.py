@@ -3,9 +3,9 @@ reused recurrent states give the outputs of computing from scratch, every hit is
 cache model predicts, and U_end's and D_end's states are really served.
 
 One engine for the module: ``EngineRun`` over the tiny Gated DeltaNet model (Qwen3-Next
-architecture, bf16, block 384), the policy chosen per request, the prefix cache reset between
-variants. "From scratch" is the same engine with vLLM's per-request switch that reads nothing
-from the prefix cache (``skip_reading_prefix_cache``).
+architecture, bf16, the block vLLM derives on this host), the policy chosen per request, the
+prefix cache reset between variants. "From scratch" is the same engine with vLLM's per-request
+switch that reads nothing from the prefix cache (``skip_reading_prefix_cache``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from tests.engine.support import (
     VARIANTS,
     Runs,
     disagreements,
+    engine_shape,
     in_flight_together,
     requests,
     turns,
@@ -31,9 +32,9 @@ IN_FLIGHT = 3  # all three sessions at once
 
 @pytest.fixture(scope="module")
 def engine(engine_model):
-    from boundary_vllm.engine_run import EngineRun, EngineShape
+    from boundary_vllm.engine_run import EngineRun
 
-    run = EngineRun(engine_model, EngineShape(prefix_match_unit=UNIT, max_num_seqs=4))
+    run = EngineRun(engine_model, engine_shape(prefix_match_unit=UNIT, max_num_seqs=4))
     yield run
     run.close()
 
@@ -59,19 +60,38 @@ def test_every_hit_is_the_one_the_cache_model_predicts(engine, runs, variant):
 
 def test_u_end_serves_a_continuation_whose_p_end_is_unreachable_and_main_sparse_misses_it(runs):
     first, second = turns(11, 6)[:2]
-    p_end, u_end = first.prompt.p_end, first.prompt.u_end
-    tail = (p_end - 1) // UNIT * UNIT  # where P_end's own state sits at this unit
+    u_state = first.prompt.checkpoint(UNIT).position  # the public API's U_end state
+    p_state = first.prompt.checkpoint(UNIT, "prompt_end").position
     shared = len(first.prompt.token_ids)
     while first.prompt.token_ids[:shared] != second.prompt.token_ids[:shared]:
         shared -= 1
-    assert u_end // UNIT * UNIT <= shared < tail  # P_end's state is not a prefix of the next request
+    assert u_state <= shared < p_state  # P_end's state is not a prefix of the next request
     by_variant = {v: runs.served(v)[1][1] for v in (Variant.INPUT_END, Variant.MAIN_SPARSE)}
-    assert by_variant[Variant.INPUT_END].num_cached_tokens == u_end // UNIT * UNIT
+    assert by_variant[Variant.INPUT_END].num_cached_tokens == u_state
     assert by_variant[Variant.INPUT_END].logged.kind == "input_end"
-    assert by_variant[Variant.MAIN_SPARSE].num_cached_tokens < u_end // UNIT * UNIT
+    assert by_variant[Variant.MAIN_SPARSE].num_cached_tokens < u_state
 
 
-def test_d_end_serves_a_tool_loop_continuation_whose_output_round_trips(engine):
+def test_an_identical_repeat_is_served_from_where_rendering_checkpoint_places_the_kept_state(engine):
+    """``Rendering.checkpoint`` is where the engine keeps each state: the same request sent again
+    resumes exactly at ``checkpoint(unit, "prompt_end")`` under ``main_sparse`` (P_end's state,
+    the last prompt token recomputed) and at ``checkpoint(unit)`` under ``input_end`` (which keeps
+    U_end's state instead of P_end's)."""
+    first = turns(11, 6)[0]
+    request = requests([first])[0]
+    expected = {
+        Variant.MAIN_SPARSE: first.prompt.checkpoint(UNIT, "prompt_end").position,
+        Variant.INPUT_END: first.prompt.checkpoint(UNIT).position,
+    }
+    assert expected[Variant.MAIN_SPARSE] > expected[Variant.INPUT_END] > 0
+    for variant, position in expected.items():
+        engine.reset_prefix_cache()
+        ((once, again),) = engine.run_sessions(with_policy([[request, request]], variant))
+        assert once.num_cached_tokens == 0
+        assert again.num_cached_tokens == position, variant
+
+
+def test_d_end_serves_a_tool_loop_continuation_whose_output_round_trips(engine, runs):
     """The model is made to write the turn exactly as the template re-renders it (a logits
     processor forces the turn's token ids), so the committed output is a prefix of the request
     that follows the tool result; its state sits at the block boundary the decode crossed."""
@@ -85,13 +105,13 @@ def test_d_end_serves_a_tool_loop_continuation_whose_output_round_trips(engine):
     block = engine.block_size
     decode_state = d_end // block * block
     assert p_end < decode_state  # the decode crossed a block boundary before D_end
-    runs = {}
+    by_variant = {}
     for variant in (Variant.DECODE_END, Variant.MAIN_SPARSE):
         engine.reset_prefix_cache()
-        runs[variant] = engine.run_sessions(with_policy([session], variant))[0]
-        assert runs[variant][0].output_token_ids == tuple(call.output.token_ids)  # forced as written
-    assert runs[Variant.DECODE_END][1].num_cached_tokens == decode_state
-    assert runs[Variant.DECODE_END][1].logged.kind == "decode_end"
-    assert runs[Variant.MAIN_SPARSE][1].num_cached_tokens <= (p_end - 1) // UNIT * UNIT < decode_state
+        by_variant[variant] = engine.run_sessions(with_policy([session], variant))[0]
+        assert by_variant[variant][0].output_token_ids == tuple(call.output.token_ids)  # forced as written
+    assert by_variant[Variant.DECODE_END][1].num_cached_tokens == decode_state
+    assert by_variant[Variant.DECODE_END][1].logged.kind == "decode_end"
+    assert by_variant[Variant.MAIN_SPARSE][1].num_cached_tokens <= (p_end - 1) // UNIT * UNIT < decode_state
     reference = engine.run_sessions([session], skip_cache=True)[0]
-    assert not disagreements([runs[Variant.DECODE_END][1:]], [reference[1:]])
+    assert not disagreements([by_variant[Variant.DECODE_END][1:]], [reference[1:]], runs.tolerance())

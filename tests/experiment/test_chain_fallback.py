@@ -8,21 +8,14 @@ from array import array
 
 from boundary.cache import CacheConfig
 from boundary.cache.retention import engine_geometry
+from boundary.checkpoints import CheckpointKind
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.plan import producer_age_by_kind
 from boundary.experiment.policies import ALL_NAMES, policy
 from boundary.experiment.presets import QWEN3_5_35B_A3B
 from boundary.experiment.replay import BudgetMode, event_order, replay, replay_oracle
 from boundary.experiment.stream import Continuation, Stream, StreamRequest, cache_requests
-from boundary.retention_policy import (
-    DecodeStates,
-    EngineGeometry,
-    Phase,
-    RequestBoundaries,
-    StateKind,
-    Variant,
-    decide,
-)
+from boundary.retention_policy import DecodeStates, EngineGeometry, Phase, RequestBoundaries, Variant, decide
 from tests.cache.conftest import geometry
 
 S, U1, GEN = list(range(1, 11)), list(range(11, 16)), [99]
@@ -89,8 +82,8 @@ def test_chain_fallback_keeps_u_end_only_on_a_user_turn_held_until_the_next_one(
     g = EngineGeometry(64, 1, DecodeStates.UNIT)
     user = decide("chain_fallback", RequestBoundaries(16, 15, 24, 1.0, user_turn=True), g)
     assert [(k.position, k.kinds, k.phase, k.until_next_user_turn) for k in user.keeps] == [
-        (15, (StateKind.INPUT_END,), Phase.PREFILL, True),
-        (24, (StateKind.DECODE_END,), Phase.DECODE, False),
+        (15, (CheckpointKind.INPUT_END,), Phase.PREFILL, True),
+        (24, (CheckpointKind.DECODE_END,), Phase.DECODE, False),
     ]
     tool = RequestBoundaries(30, 29, 38, 1.0, user_turn=False)
     assert decide("chain_fallback", tool, g) == decide(Variant.DECODE_END, tool, g)

@@ -23,6 +23,7 @@ import pytest
 from boundary.cache import CacheConfig, engine_geometry
 from boundary.cache.entry import Entry, EntryKind
 from boundary.cache.records import primary_kind
+from boundary.checkpoints import CheckpointKind
 from boundary.experiment import plan
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.metrics import run_metrics
@@ -30,7 +31,7 @@ from boundary.experiment.policies import policy
 from boundary.experiment.presets import QWEN3_5_35B_A3B
 from boundary.experiment.replay import BudgetMode, Run, event_order, replay, replay_oracle, serving_kind
 from boundary.experiment.stream import Continuation, Stream, StreamRequest, cache_requests
-from boundary.retention_policy import EngineGeometry, Keep, Phase, StateKind
+from boundary.retention_policy import EngineGeometry, Keep, Phase
 from tests.cache.conftest import geometry
 
 COST = PrefillCostModel(QWEN3_5_35B_A3B)
@@ -197,8 +198,8 @@ def test_a_state_that_stands_for_d_end_and_u_end_is_credited_to_d_end():
     state.labels = ("input_end", "decode_end")
     assert primary_kind(state) == "decode_end"
     assert serving_kind(state) == "decode_end"
-    keep = Keep(24, (StateKind.INPUT_END, StateKind.DECODE_END), Phase.DECODE)
-    assert keep.kind is StateKind.DECODE_END
+    keep = Keep(24, (CheckpointKind.INPUT_END, CheckpointKind.DECODE_END), Phase.DECODE)
+    assert keep.kind is CheckpointKind.DECODE_END
     state.labels = ("prompt_end_block", "reactive", "prompt_end", "input_end")
     assert primary_kind(state) == "input_end"
     state.labels = ("prompt_end_block", "reactive")

@@ -34,7 +34,7 @@ from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock, make
 from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager, MambaManager
 from vllm.v1.request import Request
 
-from boundary.retention_policy import StateKind, prompt_end_position
+from boundary.checkpoints import CheckpointKind, prompt_end_position
 from boundary_vllm.compat import prefill_checkpoint_position
 from boundary_vllm.kept_states import KeptStates
 from boundary_vllm.ledger import HeldState, MambaGroup, RequestCheckpoints
@@ -209,9 +209,9 @@ class CacheBlocksHook:
             if plan is None and position in upstream_ends:
                 kinds.append(self._upstream_kind(request, position))
             if position in junctions:
-                kinds.append(StateKind.REACTIVE)
+                kinds.append(CheckpointKind.REACTIVE)
             if kinds:
-                if plan is not None and StateKind.REACTIVE not in kinds:
+                if plan is not None and CheckpointKind.REACTIVE not in kinds:
                     self.kept.keep_prefill(group, block, block.block_hash, position, plan, tuple(kinds))
                 else:
                     self.kept.record(group, block, block.block_hash, tuple(kinds))
@@ -219,16 +219,16 @@ class CacheBlocksHook:
                 holder = self.kept.ledger.remember(
                     block.block_hash,
                     block.block_id,
-                    (StateKind.DECODE_END,),
+                    (CheckpointKind.DECODE_END,),
                     group.state_bytes,
                     counted=False,
                 )
                 self.kept.hold_decode_state(plan, position, HeldState(group, block.block_hash, holder))
 
-    def _upstream_kind(self, request: Request, position: int) -> StateKind:
+    def _upstream_kind(self, request: Request, position: int) -> CheckpointKind:
         if position == prompt_end_position(request.num_prompt_tokens, self.hit_unit):
-            return StateKind.PROMPT_END
-        return StateKind.PROMPT_END_BLOCK
+            return CheckpointKind.PROMPT_END
+        return CheckpointKind.PROMPT_END_BLOCK
 
     def _attribute_partial_tail(
         self, group: MambaGroup, request: Request, num_tokens: int, plan: RequestCheckpoints | None
@@ -257,7 +257,7 @@ class CacheBlocksHook:
         if block is None or self.kept.ledger.holder(key, block.block_id) is not None:
             return
         if plan is None:
-            self.kept.record(group, block, key, (StateKind.PROMPT_END,))
+            self.kept.record(group, block, key, (CheckpointKind.PROMPT_END,))
         elif plan.kinds_at(tail):
             self.kept.keep_prefill(group, block, key, tail, plan)
         elif group.manager._producer_partial_tail_reqs.get(request.request_id, (None,))[0] is block:

@@ -26,7 +26,7 @@ from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock
 from vllm.v1.request import Request
 
-from boundary.retention_policy import StateKind
+from boundary.checkpoints import CheckpointKind
 from boundary_vllm.counters import CheckpointCounters
 from boundary_vllm.ledger import HeldState, Holder, Ledger, MambaGroup, RequestCheckpoints
 from boundary_vllm.pool_keys import unkey
@@ -67,7 +67,11 @@ class KeptStates:
 
     # -- recording, holding, releasing -----------------------------------------------------------
     def record(
-        self, group: MambaGroup, block: KVCacheBlock, key: BlockHashWithGroupId, kinds: tuple[StateKind, ...]
+        self,
+        group: MambaGroup,
+        block: KVCacheBlock,
+        key: BlockHashWithGroupId,
+        kinds: tuple[CheckpointKind, ...],
     ) -> Holder:
         """Attribute the state ``block`` keeps under ``key`` to ``kinds`` and count its bytes; the
         checkpoint itself counts once, on the first Mamba group."""
@@ -84,7 +88,7 @@ class KeptStates:
         key: BlockHashWithGroupId,
         position: int,
         plan: RequestCheckpoints,
-        kinds: tuple[StateKind, ...] | None = None,
+        kinds: tuple[CheckpointKind, ...] | None = None,
     ) -> None:
         holder = self.record(group, block, key, kinds or plan.kinds_at(position))
         plan.prefill_states.setdefault(position, []).append(HeldState(group, key, holder))

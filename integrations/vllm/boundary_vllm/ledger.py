@@ -24,14 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from boundary.retention_policy import (
-    Decision,
-    EngineGeometry,
-    RequestBoundaries,
-    StateKind,
-    Variant,
-    serving_kind,
-)
+from boundary.checkpoints import CheckpointKind
+from boundary.retention_policy import Decision, EngineGeometry, RequestBoundaries, Variant, serving_kind
 
 if TYPE_CHECKING:  # this module does not import vLLM
     from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock
@@ -47,12 +41,12 @@ class Holder:
     until finish keeps it)."""
 
     block_id: int
-    kinds: tuple[StateKind, ...]
+    kinds: tuple[CheckpointKind, ...]
     nbytes: int
     counted: bool = False
 
     @property
-    def kind(self) -> StateKind:
+    def kind(self) -> CheckpointKind:
         kind = serving_kind(self.kinds)
         assert kind is not None, self.kinds  # a holder stands for at least one kind
         return kind
@@ -82,7 +76,7 @@ class Ledger:
         return self._entries.get(key, {}).get(block_id)
 
     def remember(
-        self, key: Key, block_id: int, kinds: tuple[StateKind, ...], nbytes: int, *, counted: bool
+        self, key: Key, block_id: int, kinds: tuple[CheckpointKind, ...], nbytes: int, *, counted: bool
     ) -> Holder:
         """Attribute the state ``block_id`` holds under ``key`` to ``kinds`` (replacing what the
         ledger said about that block under that key); the key becomes the newest."""
@@ -101,7 +95,7 @@ class Ledger:
             holder.counted = True
             self.retained[holder.kind.value] += holder.nbytes
 
-    def keep(self, holder: Holder, kinds: tuple[StateKind, ...]) -> None:
+    def keep(self, holder: Holder, kinds: tuple[CheckpointKind, ...]) -> None:
         """Relabel ``holder`` (a finish decision names what it stands for) and count it."""
         self._uncount(holder)
         holder.kinds = kinds
@@ -134,7 +128,7 @@ class Ledger:
         self._entries.clear()
         self.retained.clear()
 
-    def kind(self, key: Key, block_id: int | None) -> StateKind | None:
+    def kind(self, key: Key, block_id: int | None) -> CheckpointKind | None:
         """The kind a hit served by ``block_id`` under ``key`` is credited to (any holder's
         when the block is not one the ledger knows); None: not attributed."""
         holders = self._entries.get(key)
@@ -214,7 +208,7 @@ class RequestCheckpoints:
     decode_states: OrderedDict[int, list[HeldState]] = field(default_factory=OrderedDict)  # oldest first
     prefill_states: dict[int, list[HeldState]] = field(default_factory=dict)
 
-    def kinds_at(self, position: int) -> tuple[StateKind, ...]:
+    def kinds_at(self, position: int) -> tuple[CheckpointKind, ...]:
         keep = self.admission.at(position)
         return () if keep is None else keep.kinds
 

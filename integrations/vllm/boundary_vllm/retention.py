@@ -40,16 +40,15 @@ from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager, Mamb
 from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.request import Request
 
+from boundary.checkpoints import CheckpointKind, prompt_end_position
 from boundary.retention_policy import (
     DecodeStates,
     EngineGeometry,
     Phase,
     RequestBoundaries,
-    StateKind,
     Variant,
     decide,
     may_keep_decode,
-    prompt_end_position,
     twin_position,
 )
 from boundary_vllm.cache_blocks import CacheBlocksHook
@@ -182,12 +181,12 @@ class CheckpointRetention:
             self.kept.release(held)
         if kept and all(h.is_held() for h in kept):
             keep = final.at(target) if target is not None else None
-            kinds = keep.kinds if keep is not None else (StateKind.DECODE_END,)
+            kinds = keep.kinds if keep is not None else (CheckpointKind.DECODE_END,)
             for held in kept:
                 if self.ledger.holder(held.key, held.holder.block_id) is held.holder:
                     self.ledger.keep(held.holder, kinds)
                 self.counters.record_created(
-                    keep.kind if keep is not None else StateKind.DECODE_END,
+                    keep.kind if keep is not None else CheckpointKind.DECODE_END,
                     held.group.state_bytes,
                     new_checkpoint=held is kept[0],
                 )
@@ -195,7 +194,7 @@ class CheckpointRetention:
             self.kept.release(kept)
 
     # -- lookups -------------------------------------------------------------------------------
-    def classify_hit(self, request: Request, num_hit_tokens: int) -> StateKind | str:
+    def classify_hit(self, request: Request, num_hit_tokens: int) -> CheckpointKind | str:
         """The kind of checkpoint whose state served a joint hit of ``num_hit_tokens``."""
         if num_hit_tokens <= 0:
             return MISS
