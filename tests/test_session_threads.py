@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.datasets import tau_bench_airline
+from boundary.datasets import mt_bench_questions, mt_bench_reference_answers, tau_bench_airline
 from boundary.incremental import compile_incremental
 from tests.support import family
 
@@ -105,6 +105,44 @@ def test_one_conversation_rendered_by_many_threads_through_a_cache_gives_its_col
     failures = _hammer(16, _render_all(lambda r: cache.render("c", r), requests, cold))
     assert failures == []
     assert cache.stats.sessions == 1
+
+
+def _sharegpt_like(seed: int, turns: int = 8) -> list[dict[str, Any]]:
+    """A prose chat as ShareGPT traffic looks: MT-bench questions drawn at random, each answered
+    with a reference answer (earlier answers with reasoning, as a client that keeps it sends)."""
+    rng = random.Random(seed)
+    answers = mt_bench_reference_answers()
+    questions = [q for q in mt_bench_questions() if q["question_id"] in answers]
+    messages: list[dict[str, Any]] = []
+    for k in range(turns):
+        q = rng.choice(questions)
+        t = rng.randrange(len(q["turns"]))
+        messages.append({"role": "user", "content": q["turns"][t]})
+        reasoning = {"reasoning_content": f"Step {k}: read the question, then answer."} if k % 2 else {}
+        messages.append({"role": "assistant", "content": answers[q["question_id"]][t], **reasoning})
+    return messages
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_6", "deepseek_v3"])
+def test_sharegpt_like_conversations_rendered_by_many_threads_give_their_cold_results(name: str) -> None:
+    """Prose traffic through one shared cache: three conversations, each rendered by several
+    threads at once, in random order."""
+    fam = family(name)
+    conversations = {f"c{seed}": _requests(_sharegpt_like(seed)) for seed in range(3)}
+    cold = {c: _cold(fam, rs) for c, rs in conversations.items()}
+    cache = fam.sessions()
+
+    def work(rng: random.Random) -> list[str]:
+        jobs = [(c, i) for c, rs in conversations.items() for i in range(len(rs))]
+        rng.shuffle(jobs)
+        return [
+            f"{c} request {i} differs from cold"
+            for c, i in jobs
+            if _result(cache.render(c, conversations[c][i])) != cold[c][i]
+        ]
+
+    assert _hammer(12, work) == []
+    assert cache.stats.sessions == 3
 
 
 def test_renders_awaited_from_an_event_loop_through_a_thread_pool_give_cold_results() -> None:
