@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+from collections.abc import Iterator
 from importlib import metadata
 
 import pytest
@@ -22,6 +24,16 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False, max_examples=1000, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture
+def switch_often() -> Iterator[None]:
+    """Threads switch as often as the interpreter allows, so unguarded state is hit mid-edit."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(before)
+
 
 VLLM_MISSING = "vLLM 0.33.0 is not installed (scripts/test and CI install it)"
 ENGINE_MISSING = (

@@ -3,21 +3,13 @@ bound (least recently used dropped first), and keeps no failed build."""
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 
 from boundary.memo import once_cache
 
-
-@pytest.fixture(autouse=True)
-def switch_often() -> Iterator[None]:
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(before)
+pytestmark = pytest.mark.usefixtures("switch_often")
 
 
 def test_callers_asking_for_one_key_together_get_one_value_built_once() -> None:

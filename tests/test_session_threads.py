@@ -7,9 +7,8 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -24,13 +23,7 @@ Result = tuple[str, list[int], int | None, int]
 Request = list[dict[str, Any]]
 
 
-@pytest.fixture(autouse=True)
-def switch_often() -> Iterator[None]:
-    """Threads switch as often as the interpreter allows, so unguarded state is hit mid-edit."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(before)
+pytestmark = pytest.mark.usefixtures("switch_often")
 
 
 def _result(r: boundary.Rendering) -> Result:
