@@ -114,4 +114,25 @@ def test_d_end_serves_a_tool_loop_continuation_whose_output_round_trips(engine, 
     assert by_variant[Variant.DECODE_END][1].logged.kind == "decode_end"
     assert by_variant[Variant.MAIN_SPARSE][1].num_cached_tokens <= (p_end - 1) // UNIT * UNIT < decode_state
     reference = engine.run_sessions([session], skip_cache=True)[0]
-    assert not disagreements([by_variant[Variant.DECODE_END][1:]], [reference[1:]], runs.tolerance())
+    from boundary_vllm.engine_run import tolerance_for
+
+    tolerance = max(runs.tolerance(), tolerance_for(decode_noise(engine, session[0])))
+    assert not disagreements([by_variant[Variant.DECODE_END][1:]], [reference[1:]], tolerance)
+
+
+def decode_noise(engine, call) -> float:
+    """How far a state made by decoding a turn lies from one made by prefilling it, with no
+    state reused: the forced turn's logprob at a step when decoded, against the same token's
+    logprob when the turn up to it is prefilled. The decode writes the recurrent state back at
+    every step, a prefill once a chunk: where the engine keeps the state in bfloat16 the
+    roundings differ, and so does a continuation resumed from D_end's state."""
+    from boundary_vllm.engine_run import EngineRequest
+
+    forced = call.forced
+    decoded = engine.run_sessions([[call]], skip_cache=True)[0][0]
+    steps = (len(forced) // 2, len(forced) - 2)
+    probes = [
+        EngineRequest(call.prompt_token_ids + forced[:m], max_tokens=1, forced=(forced[m],)) for m in steps
+    ]
+    prefilled = [o[0] for o in engine.run_sessions([[p] for p in probes], skip_cache=True)]
+    return max(abs(p.logprobs[0] - decoded.logprobs[m]) for m, p in zip(steps, prefilled, strict=True))
