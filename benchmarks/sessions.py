@@ -12,9 +12,12 @@ Two workloads, each request sent in conversation order:
   ships them, seeded synthetic prose otherwise; ``boundary.experiment.workloads.mt_bench``):
   long user and assistant messages, few turns; one request before each assistant message.
 
-For each request, side by side and interleaved (so machine load hits all paths alike), in
-CPU time of this process (``time.process_time``; wall time on a shared machine is mostly
-other people's load), the least of ``--repeat`` passes, each with fresh sessions:
+For each request, side by side and interleaved (so machine load hits all paths alike), the
+paths in an order rotated from request to request and pass to pass (each path follows each
+other path equally often: whatever runs right after transformers pays for its allocations),
+in CPU time of this process (``time.process_time``; wall time, on a shared machine mostly
+other people's load, is reported beside it); ``--repeat`` passes (default 5), each with fresh
+sessions, and every figure the median of the passes' figures (means, ratios, bounds):
 
 - transformers ``apply_chat_template(tokenize=True)`` (text + ids);
 - boundary cold: ``fam.render`` (validation, text, ids, U_end);
@@ -103,6 +106,7 @@ NEW_TEXT, SANDBOXED, UNSANDBOXED = (
     PATHS.index(p) for p in ("new text alone", "template alone", "template unsandboxed")
 )
 BUCKETS = [(1, 4), (5, 9), (10, 19), (20, 39), (40, 10**9)]
+Row = tuple[int, bool, list[float]]  # (messages, opens its conversation, seconds per path)
 
 
 def _requests(workload: str, trajectories: int) -> Iterator[tuple[str, list[dict[str, Any]]]]:
@@ -126,7 +130,7 @@ def segment_caches(fam: boundary.Family) -> Callable[[str], None]:
     ``path``, its own and empty at first: one path's encodings never serve another's (a
     deployment takes one path), nor one pass's the next."""
     segments = fam.tokenizer.segments
-    caches = {path: SegmentCache() for path in PATHS}
+    caches = {path: SegmentCache() for path in (*PATHS, "reference")}
 
     def use(path: str) -> None:
         if segments is not None:
@@ -149,12 +153,26 @@ def _unsandboxed(source: str, template: jinja2.Template) -> jinja2.Template:
     return env.from_string(source)
 
 
+def rotated(n: int, offset: int) -> list[int]:
+    """Path indices ``0..n-1`` starting at ``offset % n``: over ``n`` consecutive offsets each
+    path runs once right after each other path (and once first), so no path always follows
+    the one whose cost it would inherit (transformers, whose allocations the next path pays)."""
+    return [(offset + i) % n for i in range(n)]
+
+
 def run(
-    fam: boundary.Family, hf: Any, workload: str, trajectories: int, kwargs: dict[str, Any]
+    fam: boundary.Family,
+    hf: Any,
+    workload: str,
+    trajectories: int,
+    kwargs: dict[str, Any],
+    offset: int = 0,
 ) -> dict[str, Any]:
-    """One pass. Per request: (messages, whether it opens its conversation, seconds per path);
-    and the mismatch counts."""
-    rows: list[tuple[int, bool, list[float]]] = []
+    """One pass, the paths of each request in rotated order (``rotated(..., offset + k)`` for
+    the k-th request). Per request: (messages, whether it opens its conversation, CPU seconds
+    per path), the same in wall seconds, and the mismatch counts."""
+    rows: list[Row] = []
+    wall_rows: list[Row] = []
     mismatches = {
         "session incremental vs cold": 0,
         "session full vs cold": 0,
@@ -169,7 +187,7 @@ def run(
     previous = ""  # the text of the conversation's previous request
     reused = rendered = chained = 0
     use = segment_caches(fam)
-    for name, request in _requests(workload, trajectories):
+    for k, (name, request) in enumerate(_requests(workload, trajectories)):
         first = name not in sessions
         if first:
             for _, incremental in sessions.values():
@@ -180,30 +198,31 @@ def run(
             previous = ""
         full, incremental = sessions[name]
         prepared, _ = fam.prepare(request)
-        t0 = clock()
-        reference = hf.apply_chat_template(prepared, add_generation_prompt=True, tokenize=True, **kwargs)
-        t1 = clock()
-        use("cold")
-        cold = fam.render(request, **kwargs)
-        t2 = clock()
-        use("session full")
-        whole = full.render(request, **kwargs)
-        t3 = clock()
-        use("session incremental")
-        warm = incremental.render(request, **kwargs)
-        t4 = clock()
-        new_text = cold.text[common_prefix_length(previous, cold.text) :]
-        use("new text alone")
+        use("reference")  # untimed: the text the floors need, whichever path runs first
+        text = fam.render(request, **kwargs).text
+        new_text = text[common_prefix_length(previous, text) :]
+        previous = text
         arguments = {"messages": prepared, "tools": None, "documents": None, "add_generation_prompt": True}
         arguments |= template_kwargs
-        t5 = clock()
-        fam.tokenizer.encode(new_text)
-        t6 = clock()
-        alone = template.render(**arguments)
-        t7 = clock()
-        bare = unsandboxed.render(**arguments)
-        t8 = clock()
-        previous = cold.text
+        steps: list[Callable[[], Any]] = [
+            functools.partial(
+                hf.apply_chat_template, prepared, add_generation_prompt=True, tokenize=True, **kwargs
+            ),
+            functools.partial(fam.render, request, **kwargs),
+            functools.partial(full.render, request, **kwargs),
+            functools.partial(incremental.render, request, **kwargs),
+            functools.partial(fam.tokenizer.encode, new_text),
+            functools.partial(template.render, **arguments),
+            functools.partial(unsandboxed.render, **arguments),
+        ]
+        out: list[Any] = [None] * len(PATHS)
+        cpu, wall = [0.0] * len(PATHS), [0.0] * len(PATHS)
+        for path in rotated(len(PATHS), offset + k):
+            use(PATHS[path])
+            c0, w0 = clock(), time.perf_counter()
+            out[path] = steps[path]()
+            cpu[path], wall[path] = clock() - c0, time.perf_counter() - w0
+        reference, cold, whole, warm, _, alone, bare = out
         same = (cold.text, cold.token_ids, cold.u_end, cold.p_end)
         mismatches["session incremental vs cold"] += (
             warm.text,
@@ -215,14 +234,15 @@ def run(
         mismatches["cold ids vs transformers"] += _ids(reference) != cold.token_ids
         mismatches["template alone text vs cold"] += alone != cold.text
         mismatches["template unsandboxed text vs cold"] += bare != cold.text
-        times = [t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t7 - t6, t8 - t7]
-        rows.append((len(request), first, times))
+        rows.append((len(request), first, cpu))
+        wall_rows.append((len(request), first, wall))
     for _, incremental in sessions.values():
         reused += incremental.stats.reused_iterations
         rendered += incremental.stats.rendered_iterations
         chained += incremental.stats.chained_iterations
     return {
         "rows": rows,
+        "wall_rows": wall_rows,
         "mismatches": mismatches,
         "reused": reused,
         "rendered": rendered,
@@ -272,9 +292,6 @@ def _ms(xs: list[float]) -> str:
     return f"{statistics.mean(xs) * 1e3:.3f}"
 
 
-Row = tuple[int, bool, list[float]]  # (messages, opens its conversation, seconds per path)
-
-
 def one_run_bound(rows: list[Row], template: int = UNSANDBOXED) -> float:
     """Transformers' time over the least that a design keeping nothing across conversations
     spends: the template (the run in column ``template``) on each conversation's first
@@ -295,9 +312,21 @@ def growth(rows: list[Row], path: int, beyond: int | None = None) -> float | Non
     return statistics.mean(late) / statistics.mean(mid) if mid and late else None
 
 
-def report(workload: str, result: dict[str, Any]) -> None:
-    rows: list[Row] = result["rows"]
-    print(f"\n### {workload}: {len(rows)} requests; mean ms/request (speed-up = transformers / path)\n")
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
+
+
+def report(workload: str, passes: list[dict[str, Any]]) -> None:
+    """Each figure is the median over passes of that pass's figure (per-pass means, per-pass
+    ratios): one slow or fast pass moves nothing."""
+    rows_by_pass: list[list[Row]] = [p["rows"] for p in passes]
+    n = len(rows_by_pass[0])
+    print(
+        f"\n### {workload}: {n} requests, {len(passes)} passes, paths rotated per request; "
+        "CPU ms/request, median of the passes' means (speed-up = transformers / path, median of "
+        "the passes' ratios)\n"
+    )
     print(
         "| messages | requests | "
         + " | ".join(PATHS)
@@ -306,29 +335,49 @@ def report(workload: str, result: dict[str, Any]) -> None:
     )
     print("|---|---:|" + "---:|" * (2 * len(PATHS)))
     for lo, hi in [*BUCKETS, (1, 10**9)]:
-        sel = [r for r in rows if lo <= r[0] <= hi]
-        if not sel:
+        sel = [[r for r in rows if lo <= r[0] <= hi] for rows in rows_by_pass]
+        if not sel[0]:
             continue
         label = "all" if (lo, hi) == (1, 10**9) else (f"{lo}–{hi}" if hi < 10**9 else f"{lo}+")
-        cols = [[t[k] for _, _, t in sel] for k in range(len(PATHS))]
-        speed = [f"{sum(cols[0]) / sum(c):.1f}×" for c in cols[1:]]
-        speed.append(f"{one_run_bound(sel):.1f}×")
+        means, speed = [], []
+        for k in range(len(PATHS)):
+            means.append(statistics.median(statistics.mean(t[k] for _, _, t in s) for s in sel))
+            if k:
+                ratios = [sum(t[0] for _, _, t in s) / sum(t[k] for _, _, t in s) for s in sel]
+                speed.append(f"{statistics.median(ratios):.1f}×")
+        speed.append(f"{statistics.median(one_run_bound(s) for s in sel):.1f}×")
         print(
-            f"| {label} | {len(sel)} | " + " | ".join(_ms(c) for c in cols) + " | " + " | ".join(speed) + " |"
+            f"| {label} | {len(sel[0])} | "
+            + " | ".join(f"{m * 1e3:.3f}" for m in means)
+            + " | "
+            + " | ".join(speed)
+            + " |"
         )
     for k, path in enumerate(PATHS):
-        ratio = growth(rows, k)
+        ratio = _median([growth(rows, k) for rows in rows_by_pass])
         if ratio is not None:
             print(f"\n{path}: a request at 30–40 messages costs {ratio:.2f}× one at 5–9", end="")
+    sandboxed = statistics.median(one_run_bound(rows, SANDBOXED) for rows in rows_by_pass)
     print(
-        "\none-run bound with the template run sandboxed, as transformers runs it: "
-        f"{one_run_bound(rows, SANDBOXED):.1f}×",
-        end="",
+        f"\none-run bound with the template run sandboxed, as transformers runs it: {sandboxed:.1f}×", end=""
     )
-    beyond = growth(rows, PATHS.index("session incremental"), NEW_TEXT)
+    incremental = PATHS.index("session incremental")
+    beyond = _median([growth(rows, incremental, NEW_TEXT) for rows in rows_by_pass])
     if beyond is not None:
         print(f"\nsession incremental beyond the new text alone: {beyond:.2f}×", end="")
-    print(f"\n\nmismatches (all passes): {result['mismatches']}")
+    wall = [
+        statistics.median(
+            sum(t[0] for _, _, t in p["wall_rows"]) / sum(t[k] for _, _, t in p["wall_rows"]) for p in passes
+        )
+        for k in range(1, len(PATHS))
+    ]
+    print(
+        "\nwall-clock speed-ups (all requests): "
+        + ", ".join(f"{path} {w:.1f}×" for path, w in zip(PATHS[1:], wall, strict=True))
+    )
+    mismatches = {key: sum(p["mismatches"][key] for p in passes) for key in passes[0]["mismatches"]}
+    print(f"\nmismatches (all passes): {mismatches}")
+    result = passes[0]
     total = result["reused"] + result["rendered"]
     if total:
         print(
@@ -346,7 +395,7 @@ def main() -> None:
     ap.add_argument("--workloads", default="tau,prose")
     ap.add_argument("--template-kwargs", default="{}")
     ap.add_argument(
-        "--repeat", type=int, default=2, help="passes; each request's least time per path is kept"
+        "--repeat", type=int, default=5, help="passes; each figure is the median of the passes' (default 5)"
     )
     ap.add_argument("--only", choices=["none", "cold", "full", "incremental"])
     ap.add_argument(
@@ -389,14 +438,8 @@ def main() -> None:
         if not args.no_gc_freeze:
             gc.collect()
             gc.freeze()
-        passes = [run(fam, hf, workload, args.trajectories, kwargs) for _ in range(args.repeat)]
-        best = passes[0]
-        for other in passes[1:]:
-            for (_, _, times), (_, _, more) in zip(best["rows"], other["rows"], strict=True):
-                times[:] = [min(a, b) for a, b in zip(times, more, strict=True)]
-            for key, count in other["mismatches"].items():
-                best["mismatches"][key] += count
-        report(workload, best)
+        passes = [run(fam, hf, workload, args.trajectories, kwargs, offset=k) for k in range(args.repeat)]
+        report(workload, passes)
 
 
 if __name__ == "__main__":
