@@ -116,6 +116,25 @@ def test_positions_right_after_a_sanitized_control_token_stay_on_its_end() -> No
     assert r.input_end.char == len(r.text) and r.u_end == r.p_end
 
 
+def test_a_sanitized_renders_boundaries_start_their_token_at_or_before_their_char() -> None:
+    """Each piece after a sanitized control token is encoded behind a dropped newline: a
+    boundary's ``token_char`` is still where its token starts in the rendering's text (the
+    ids before it decode to the text before it), never past ``char``. U_end here lies in the
+    piece after the last sanitized token."""
+    fam = family("qwen3")
+    messages = [
+        {"role": "system", "content": "Policy: <|im_end|> stays text."},
+        {"role": "user", "content": "Question <|im_start|>assistant end"},
+    ]
+    r = fam.render(messages, sanitize_control_tokens=True)
+    assert r.text.rfind("<|im_start|>assistant end") < r.input_end.char
+    assert r.input_end.token_char == r.input_end.char and not r.input_end.straddled
+    for char in range(len(r.text) + 1):
+        b = r.boundary_at(char)
+        assert b.token_char is not None and b.token_char <= char, (char, b)
+        assert fam.tokenizer.decode(r.token_ids[: b.token]) == r.text[: b.token_char], (char, b)
+
+
 def test_sanitized_fixture_corpus_matches_transformers() -> None:
     fam = family("qwen3_5")
     hf = reference_tokenizer("qwen3_5", fam.default_variant)

@@ -1,7 +1,7 @@
 """The plan's metrics on a stream small enough to work out by hand, replayed through the cache.
 
 The stream (block 8, unit 4 unless a test says otherwise; a block costs 100 bytes, a state 200;
-infinite capacity, so nothing is evicted):
+infinite capacity, so nothing is evicted, unless a test says otherwise):
 
 - request 0 (session "a", turn 0), arrives at 0, finishes at 10: 27 tokens, prompt 23
   (P_end's anchor 22 -> unit 20, block twin 16), U_end 21 (-> 20), D_end 26 (block floor 24,
@@ -66,15 +66,15 @@ def hand_stream() -> Stream:
     return Stream("hand", {"workload": "hand"}, [first, second])
 
 
-def run_of(name: str, unit: int = 4) -> Run:
-    stream, geom = hand_stream(), geometry(block=8, unit=unit)
+def run_of(name: str, unit: int = 4, *, stream: Stream | None = None, capacity: float = float("inf")) -> Run:
+    stream, geom = stream or hand_stream(), geometry(block=8, unit=unit)
     requests = cache_requests(stream, unit)
     events = event_order(requests)
     return replay(
         stream,
         requests,
         policy(name),
-        CacheConfig(geom, float("inf")),
+        CacheConfig(geom, capacity),
         COST,
         replay_oracle(requests, unit, events),
         budget=BudgetMode.EQUAL_CAPACITY,
@@ -120,6 +120,36 @@ def test_a_junction_on_the_twin_is_counted_apart_from_the_plans_candidates():
     one candidate of its own per request: nothing collapses."""
     m = run_metrics(run_of("main_sparse"), None)
     assert (m["duplicate_candidates"], m["candidates_on_twin"], m["junctions_on_kept_states"]) == (0, 0, 1)
+
+
+def test_displaced_checkpoints_are_the_evicted_states_that_never_served_a_hit():
+    """The hand stream plus request 2 (session "b", 20 fresh tokens, prompt 16) arriving at 40,
+    in a 1,000-byte cache, under main_sparse. Request 1's arrival evicts request 0's twin (16),
+    never hit; request 1 resumes from P_end's state at 20 (one hit). Request 2 evicts the rest
+    of session "a": request 1's P_end (28) and twin + junction (24), never hit, and the state at
+    20, which served request 1. Four states evicted, three displaced; the blocks evicted beside
+    them are no checkpoints at all."""
+    third = StreamRequest(
+        rid=2,
+        session="b",
+        turn=0,
+        tokens=array("I", range(1000, 1020)),
+        num_prompt_tokens=16,
+        u_end=14,
+        d_end=19,
+        continuation=Continuation.FIRST,
+        arrival=40.0,
+        finish=50.0,
+    )
+    stream = Stream("hand", {"workload": "hand"}, [*hand_stream().requests, third])
+    run = run_of("main_sparse", stream=stream, capacity=1000)
+    assert [(r.joint, r.served_by) for r in run.records] == [(0, None), (20, "prompt_end"), (0, None)]
+    evicted = sorted((e.position, e.creator, e.hits) for e in run.stats.evicted_states)
+    assert evicted == [(16, 0, 0), (20, 0, 1), (24, 1, 0), (28, 1, 0)]
+    m = run_metrics(run, None)
+    assert m["displaced_checkpoints"] == 3
+    assert m["checkpoint_lifetimes"]["evicted"] == 4
+    assert sum(m["evictions"].values()) > 4  # blocks went too
 
 
 def test_savings_per_retained_byte_divide_by_the_mean_not_the_peak():

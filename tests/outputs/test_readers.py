@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from boundary.outputs import OutputStatus, parse_output
+from boundary.outputs import OutputStatus, RegionKind, parse_output
 from boundary.outputs.arguments import convert_parameter, typed_arguments
 from tests.support import family
 
@@ -94,6 +94,26 @@ def test_reasoning_and_content_are_the_engines_raw_strings():
     assert _read("nemotron_3", "x\n</think>\nNo.<|im_end|>")[1:3] == ("x", "\nNo.")
     # Qwen3 served with the qwen3 reasoning parser: a turn without </think> is all reasoning
     assert _read("qwen3", "Hello.<|im_end|>")[1:3] == ("Hello.", None)
+
+
+def test_reasoning_whose_opening_think_the_model_left_out_is_read_as_reasoning():
+    """Qwen3's prompt opens no think block; a model that starts its turn with the reasoning
+    and ``</think>`` (no ``<think>``) gets the reasoning back as reasoning, and boundary's own
+    regions agree: the reasoning region runs through the closer, the content is the answer
+    only (the regions are what a divergence and the horizon read)."""
+    fam = family("qwen3")
+    prompt = fam.render([{"role": "user", "content": "Hi"}])
+    assert prompt.text.endswith("<|im_start|>assistant\n")
+    text = "greet\n</think>\n\nHello.<|im_end|>"
+    parsed = parse_output(fam, text, prompt)
+    assert parsed.status is OutputStatus.COMPLETE
+    assert parsed.message == {"role": "assistant", "content": "\n\nHello.", "reasoning_content": "greet\n"}
+    closed = len("greet\n</think>\n\n")
+    assert [(r.kind, text[r.start : r.end]) for r in parsed.regions] == [
+        (RegionKind.REASONING, text[:closed]),
+        (RegionKind.CONTENT, "Hello."),
+        (RegionKind.STOP, "<|im_end|>"),
+    ]
 
 
 def test_every_call_is_kept_and_the_text_between_and_after_them_is_dropped():

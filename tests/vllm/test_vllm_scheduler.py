@@ -167,6 +167,29 @@ def test_requests_without_hints_are_scheduled_exactly_as_upstream(unit):
         assert scheduled(replay(stream, shape(policy, prefix_match_unit=unit))) == baseline
 
 
+@pytest.mark.parametrize(
+    ("unit", "created"),
+    [
+        (BLOCK, {"prompt_end": 2, "reactive": 1}),
+        (4, {"prompt_end": 2, "prompt_end_block": 2, "reactive": 1}),
+    ],
+    ids=["block", "sub-block"],
+)
+def test_a_request_without_hints_counts_its_p_end_state_as_prompt_end_not_as_its_twin(unit, created):
+    """Without hints the plugin keeps what upstream keeps and labels it: each prompt's state at
+    P_end (at the block boundary before its last token, a's 1392 of 1400) is ``prompt_end``, and
+    the next request's hit on it is a ``prompt_end`` hit; b's junction with a is ``reactive``.
+    With sub-block hits (unit 4) P_end's state is the sub-block tail, and the block state below
+    it is its twin (``prompt_end_block``)."""
+    a, b = turn(11, 4), turn(11, 6)
+    run = Replay(shape(Variant.BOTH, prefix_match_unit=unit))
+    outcomes = run.run_all(requests(a, b, hints=False))
+    p_end_state = a.prompt.checkpoint(unit, "prompt_end").position
+    assert [(o.hit_tokens, o.hit_kind) for o in outcomes] == [(0, "miss"), (p_end_state, "prompt_end")]
+    assert dict(run.counters.created) == created
+    assert run.counters.retained_bytes == run.counters.created_bytes
+
+
 def test_junction_behaviour_is_unchanged():
     # Three conversations share the airline policy prompt: the first computes it, the second
     # discovers the junction (and keeps its state), the third hits it.
