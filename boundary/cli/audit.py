@@ -4,6 +4,8 @@ Where it sits: the top: it reads a trace, runs ``boundary.audit`` and prints the
 
     boundary audit TRACE.jsonl --family qwen3_5 [--unit N] [--template-kwargs JSON]
                    [--json PATH] [--markdown PATH] [--plot PATH]
+    boundary audit TRACE.jsonl --model DIR ...              (a local model directory)
+    boundary audit TRACE.jsonl --template FILE --tokenizer PATH ...
     boundary audit --tau-bench [--reasoning seeded] --family qwen3_6 ...
     boundary audit --regress tests/golden [--update]
 
@@ -19,7 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from boundary.cli.options import refuse_overwriting, template_kwargs
+from boundary.cli.options import add_family_arguments, family_source, refuse_overwriting, template_kwargs
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,15 +29,19 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "audit",
         help="audit a multi-turn trace: which checkpoints the next request reuses, and why D_end does not",
         description="Audit a JSONL trace (one OpenAI chat request per line: session, messages, tools, "
-        "output) for a family: per turn U_end / P_end / D_end and which of them the next request reuses; a "
+        "output) for a family (shipped, a local model directory or a template file with its tokenizer): "
+        "per turn U_end / P_end / D_end and which of them the next request reuses; a "
         "summary with reuse rates, reused tokens, causes, producer ages, the stability horizon and what-if "
         "re-runs.",
     )
     p.add_argument(
         "trace", nargs="?", type=Path, help="JSONL trace, '-' for stdin (omit with --tau-bench or --regress)"
     )
-    p.add_argument("--family", help="shipped family, e.g. qwen3_5")
-    p.add_argument("--variant", help="template variant (default: the family's default)")
+    add_family_arguments(p, default_family=None)
+    p.add_argument(
+        "--variant",
+        help="template variant, or a model directory's named template (default: the family's default)",
+    )
     p.add_argument(
         "--unit", type=int, default=1, help="prefix_match_unit checkpoints materialize at (default 1)"
     )
@@ -85,12 +91,11 @@ def run(args: argparse.Namespace) -> int:
     options are checked before the trace is read."""
     if args.regress is not None:
         return _regress(args)
-    if args.family is None:
-        raise ValueError("--family is required (e.g. --family qwen3_5)")
+    source = family_source(args, default_family=None)
     if (args.trace is None) == (not args.tau_bench):
         raise ValueError("give a TRACE file or --tau-bench (one of them)")
     refuse_overwriting(
-        {"trace": args.trace},
+        {"trace": args.trace, **source.input_files()},
         {
             "--json": args.json_out,
             "--markdown": args.markdown,
@@ -105,13 +110,12 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    import boundary
     from boundary.audit.records import AuditReport
     from boundary.audit.runner import AuditSettings
     from boundary.audit.whatif import trace_habits
 
     err = Console(stderr=True, highlight=False)
-    fam = boundary.load_family(args.family, variant=args.variant)
+    fam = source.load(args.variant)
     fam.render([{"role": "user", "content": "x"}], **kwargs)  # template kwargs are checked before the run
     requests, label = _requests(args)
     settings = AuditSettings(
@@ -224,9 +228,21 @@ def _summary_table(err: Any, report: Any) -> None:
 
 
 def _regress(args: argparse.Namespace) -> int:
+    """The golden corpus's cases are shipped families' (``<family>-<case>/``): only ``--family``
+    narrows them; ``--model`` and ``--template`` are refused."""
     from boundary.audit.regress import add_cases, check_corpus, write_expected
     from boundary.family import family_names, family_spec
 
+    source = (
+        family_source(args, default_family=None)
+        if args.family or args.model or args.template or args.tokenizer
+        else None
+    )
+    if source is not None and source.name is None:
+        raise ValueError(
+            f"--regress re-renders golden cases of shipped families; {source.flags()[0]} cannot be checked "
+            "against them (use --family NAME, or none for every family)"
+        )
     families = [args.family] if args.family else None
     if args.add_cases:
         names = families or [n for n in family_names() if family_spec(n).default_variant]

@@ -1,5 +1,9 @@
 """``boundary experiment``: replay a workload under every retention policy and budget mode.
 
+    boundary experiment --workload W [--family NAME] [--model PRESET] ...
+    boundary experiment --workload W --model DIR ...     (templates, tokenizer and geometry from DIR)
+    boundary experiment --workload W --template FILE --tokenizer PATH --model PRESET ...
+
 Where it sits: the report end's command line: ``boundary.cli.main`` dispatches ``boundary
 experiment`` here; it calls ``boundary.experiment`` (harness, report) and nothing calls it.
 """
@@ -13,16 +17,24 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from boundary.cli.options import refuse_overwriting, template_kwargs
+from boundary.cli.options import (
+    FamilySource,
+    add_family_arguments,
+    family_source,
+    refuse_overwriting,
+    template_kwargs,
+)
 from boundary.retention_policy import Variant
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from boundary.cache.accounting import ModelDescription
     from boundary.experiment.harness import ExperimentConfig, ExperimentResult
     from boundary.experiment.replay import BudgetMode
     from boundary.experiment.workloads import WorkloadOptions
 
+DEFAULT_FAMILY = "qwen3_5"
 BUDGETS = "equal_capacity,equal_checkpoint_budget"
 POLICIES = ",".join((*(v.value for v in Variant), "oracle"))  # every engine policy, then the oracle
 
@@ -50,7 +62,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "decode_end, both, chat_aware, horizon; oracle as the upper bound) and budget mode, and report the "
         "metrics. "
         "WORKLOAD is a shipped workload (tau_bench, mt_bench, bfcl, synthetic) or a JSONL trace file in the "
-        "audit's format.",
+        "audit's format. The family is a shipped one, a local model directory (--model DIR: its templates "
+        "and tokenizer render, its config.json gives the cache geometry) or a template file with a "
+        "tokenizer (--template FILE --tokenizer PATH, with --model PRESET for the geometry).",
     )
     _add_workload_arguments(p)
     _add_cache_arguments(p)
@@ -63,8 +77,18 @@ def _add_workload_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workload", required=True, help="tau_bench | mt_bench | bfcl | synthetic | PATH.jsonl | - (stdin)"
     )
-    p.add_argument("--family", default="qwen3_5", help="shipped family (default: qwen3_5)")
-    p.add_argument("--variant", help="template variant (default: the family's default)")
+    add_family_arguments(
+        p,
+        default_family=DEFAULT_FAMILY,
+        model_metavar="PRESET|DIR",
+        model_help="a model preset for the cache geometry (default: the family's; one of "
+        f"{', '.join(_preset_names())}), or a local model directory: its chat templates and tokenizer render "
+        "the workload and its config.json gives the geometry (a hub id is refused: boundary runs offline)",
+    )
+    p.add_argument(
+        "--variant",
+        help="template variant, or a model directory's named template (default: the family's default)",
+    )
     p.add_argument("--template-kwargs", default="{}", help="JSON object of template kwargs")
     p.add_argument(
         "--client",
@@ -110,7 +134,6 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="prefix_match_unit (repeatable: a sweep; default: the model's block size)",
     )
-    p.add_argument("--model", help="model preset (default: the family's)")
     p.add_argument("--capacity-gib", type=float, default=32.0, help="cache memory (default 32)")
     p.add_argument(
         "--checkpoint-budget-gib",
@@ -179,16 +202,28 @@ def _add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help="render again instead of reading cached sessions")
 
 
+def _preset_names() -> list[str]:
+    from boundary.experiment.presets import PRESETS
+
+    return list(PRESETS)
+
+
+def _family_source(args: argparse.Namespace) -> FamilySource:
+    """The family ``args`` choose; a ``--model`` value naming a preset is the geometry's."""
+    return family_source(args, default_family=DEFAULT_FAMILY, presets=_preset_names())
+
+
 def command_line(args: argparse.Namespace) -> str:
     """The command as a user would type it (defaults left out), for the report."""
-    parts = ["boundary", "experiment", "--workload", str(args.workload), "--family", args.family]
+    source = _family_source(args)
+    parts = ["boundary", "experiment", "--workload", str(args.workload), *source.flags()]
     options = [
         ("--variant", args.variant),
         ("--template-kwargs", None if args.template_kwargs == "{}" else args.template_kwargs),
         ("--client", args.client if args.client != "dropped" else None),
         ("--system-prompt", args.system_prompt if args.system_prompt != "shared" else None),
         ("--sessions", args.sessions),
-        ("--model", args.model),
+        ("--model", None if source.model_dir is not None else args.model),
         ("--capacity-gib", args.capacity_gib if args.capacity_gib != 32.0 else None),
         ("--checkpoint-budget-gib", args.checkpoint_budget_gib),
         ("--decode-states", args.decode_states if args.decode_states != "block" else None),
@@ -237,8 +272,10 @@ def validate(args: argparse.Namespace) -> None:
     from boundary.experiment.workloads import SHIPPED
 
     trace = None if args.workload in SHIPPED else Path(args.workload)
+    source = _family_source(args)
     refuse_overwriting(
-        {"trace": trace}, {"--json": args.json_out, "--report": args.report, "--plots": args.plots}
+        {"trace": trace, **source.input_files()},
+        {"--json": args.json_out, "--report": args.report, "--plots": args.plots},
     )
 
     positive = [
@@ -290,7 +327,6 @@ def run(args: argparse.Namespace) -> int:
 
     from boundary.experiment.cost import PrefillCostModel
     from boundary.experiment.harness import run_experiment
-    from boundary.experiment.presets import preset_for_family
     from boundary.experiment.workloads import SHIPPED, build_stream
     from boundary.trace import STDIN
 
@@ -300,18 +336,21 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(
             f"--workload {args.workload!r}: neither a shipped workload ({', '.join(SHIPPED)}) nor a file"
         )
-    model = preset_for_family(args.family, args.model)
-    options, config = _settings(args)
+    source = _family_source(args)
+    model = _geometry(source, args.model)
+    family = None if source.name is not None else source.load(args.variant)
+    options, config = _settings(args, source)
     with err.status("preparing the stream") as status:
         stream = build_stream(
             args.workload,
             options,
             PrefillCostModel(model),
+            family=family,
             use_cache=not args.no_cache,
             progress=lambda msg: status.update(msg),
         )
         err.print(
-            f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {args.family})"
+            f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {source.label})"
         )
         result = run_experiment(stream, model, config, progress=lambda msg: status.update(msg))
     _write(args, result, stream.name, err)
@@ -319,13 +358,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(args: argparse.Namespace) -> tuple[WorkloadOptions, ExperimentConfig]:
+def _geometry(source: FamilySource, model: str | None) -> ModelDescription:
+    """The cache model's geometry: a model directory's ``config.json``; else the ``--model``
+    preset, or the shipped family's preset (``ValueError`` asking for ``--model`` when there
+    is none, as for a template file)."""
+    if source.model_dir is not None:
+        from boundary.experiment.model_config import describe_model
+
+        return describe_model(source.model_dir)
+    from boundary.experiment.presets import preset_for_family
+
+    return preset_for_family(source.label, model)
+
+
+def _settings(args: argparse.Namespace, source: FamilySource) -> tuple[WorkloadOptions, ExperimentConfig]:
     from boundary.experiment.harness import ExperimentConfig
     from boundary.experiment.workloads import WorkloadOptions
 
     kwargs = template_kwargs(args.template_kwargs)
     options = WorkloadOptions(
-        family=args.family,
+        family=source.label,
         variant=args.variant,
         template_kwargs=kwargs,
         client=args.client,

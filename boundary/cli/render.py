@@ -2,6 +2,8 @@
 
 Where it sits: the top: it loads a family, renders one request and prints it.
 
+    boundary render [--family NAME | --model DIR | --template FILE --tokenizer PATH] ...
+
 The prompt with both boundaries marked and their table go to stdout (``boundary render >
 prompt.txt``); with ``--json -`` stdout carries the JSON record alone and the prompt goes to
 stderr. Errors are one line on stderr."""
@@ -14,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from boundary.cli.options import refuse_overwriting, template_kwargs
+from boundary.cli.options import add_family_arguments, family_source, refuse_overwriting, template_kwargs
 
 if TYPE_CHECKING:
     from boundary.rendering import Rendering
@@ -27,11 +29,15 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "render",
         help="render a conversation; show the prompt with U_end and P_end marked",
         description="Render a conversation (default: a shipped tau-bench airline conversation) with a "
-        "shipped family (default: qwen3_5) and show the prompt with U_end / P_end marked and their "
-        "token offsets.",
+        f"shipped family (default: {DEFAULT_FAMILY}), a local model directory (--model DIR) or a template "
+        "file and tokenizer (--template FILE --tokenizer PATH) and show the prompt with U_end / P_end "
+        "marked and their token offsets.",
     )
-    p.add_argument("--family", default=DEFAULT_FAMILY, help=f"shipped family (default: {DEFAULT_FAMILY})")
-    p.add_argument("--variant", help="template variant (default: the family's default)")
+    add_family_arguments(p, default_family=DEFAULT_FAMILY)
+    p.add_argument(
+        "--variant",
+        help="template variant, or a model directory's named template (default: the family's default)",
+    )
     p.add_argument(
         "--target",
         help="whose request handling to reproduce: 'vllm-0.33' (default), 'transformers' (the "
@@ -85,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
     stdout); options are checked before anything is loaded or rendered."""
     from rich.console import Console
 
-    import boundary
     from boundary.errors import RequestError
     from boundary.render_target import resolve_target
 
@@ -94,11 +99,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--unit must be at least 1, got {min(units)}")
     if args.context < 0:
         raise ValueError(f"--context must be at least 0, got {args.context}")
-    refuse_overwriting({"conversation": args.conversation}, {"--json": args.json_out})
+    source = family_source(args, default_family=DEFAULT_FAMILY)
+    refuse_overwriting({"conversation": args.conversation, **source.input_files()}, {"--json": args.json_out})
     kwargs = template_kwargs(args.template_kwargs)
     target = resolve_target(args.target)
     messages, tools = _load(args.conversation)
-    fam = boundary.load_family(args.family, variant=args.variant)
+    fam = source.load(args.variant)
     try:
         r = fam.render(messages, tools=tools, target=target, **kwargs)
     except RequestError as exc:  # a field of the conversation file: name the file too

@@ -40,7 +40,8 @@ def header(result: ExperimentResult) -> list[str]:
     model = (
         f"- Model: {m['name']} ({m['attention_layers']} attention + {m['recurrent_layers']} "
         f"{m['recurrent_kind']} layers; {m['kv_bytes_per_token']:,} KV bytes/token; one recurrent state "
-        f"{gib(m['recurrent_state_bytes'])} unpadded). Capacity {cfg['capacity_gib']} GiB; equal checkpoint "
+        f"{gib(m['recurrent_state_bytes'])} unpadded; from {m.get('source') or 'a preset'}). "
+        f"Capacity {cfg['capacity_gib']} GiB; equal checkpoint "
         f"budget B = {budgets} ({BUDGET_RULE}); output-side states at {states_at} boundaries; at most "
         f"{cfg['max_chunk_tokens']:,} tokens per prefill chunk."
     )

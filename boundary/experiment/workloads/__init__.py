@@ -94,13 +94,20 @@ def _thinks(fam: boundary.Family, options: WorkloadOptions) -> bool:
 
 
 def rendered_sessions(
-    workload: str, options: WorkloadOptions, *, use_cache: bool = True, progress: Progress | None = None
+    workload: str,
+    options: WorkloadOptions,
+    *,
+    family: boundary.Family | None = None,
+    use_cache: bool = True,
+    progress: Progress | None = None,
 ) -> Stream:
-    """Every session's requests, rendered, with no arrival times (``rid`` -1)."""
+    """Every session's requests, rendered, with no arrival times (``rid`` -1). ``family``
+    renders them in place of the shipped ``options.family`` (a model directory's, say; then
+    ``options.family`` is its name)."""
     say = progress or (lambda _msg: None)
     if workload == "synthetic":
         return _synthetic_stream(options)
-    fam = boundary.load_family(options.family, variant=options.variant)
+    fam = family or boundary.load_family(options.family, variant=options.variant)
     formatter = native_output
     render = {"variant": options.variant, **options.template_kwargs}
     provenance: dict[str, Any] = {
@@ -120,7 +127,7 @@ def rendered_sessions(
     else:
         scripts = _shipped_scripts(workload, fam, options, provenance)
     # The cache key covers every input that shapes a rendered stream, not just the options.
-    provenance["template_sha"] = hashlib.sha256(fam.template(options.variant).encode()).hexdigest()[:16]
+    provenance["template_sha"] = _template_digest(fam, options.variant)
     provenance["tokenizer_sha"] = _tokenizer_digest(fam)
     provenance["code_sha"] = _code_digest()
     stream = Stream(provenance["workload"], provenance)
@@ -201,11 +208,13 @@ def build_stream(
     options: WorkloadOptions,
     cost: PrefillCostModel,
     *,
+    family: boundary.Family | None = None,
     use_cache: bool = True,
     progress: Progress | None = None,
 ) -> Stream:
-    """The workload as a stream in arrival order (``rid`` = position)."""
-    rendered = rendered_sessions(workload, options, use_cache=use_cache, progress=progress)
+    """The workload as a stream in arrival order (``rid`` = position); ``family`` as for
+    ``rendered_sessions``."""
+    rendered = rendered_sessions(workload, options, family=family, use_cache=use_cache, progress=progress)
     sessions: dict[str, list[StreamRequest]] = {}
     for r in rendered.requests:
         sessions.setdefault(r.session, []).append(r)
@@ -263,6 +272,18 @@ def _trace_key(workload: str) -> tuple[str, list[TraceRequest] | None]:
 
 def _json_digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _template_digest(fam: boundary.Family, variant: str | None) -> str:
+    """The digest of every template a request may render with (``Renderer.select_variant``):
+    ``variant`` when named; else the default and, where the family has one, ``tool_use``."""
+    names = [variant or fam.default_variant]
+    if variant is None and "tool_use" in fam.templates and names[0] != "tool_use":
+        names.append("tool_use")
+    digest = hashlib.sha256(fam.templates.get(names[0], "").encode())
+    for name in names[1:]:
+        digest.update(b"\0" + fam.templates[name].encode())
+    return digest.hexdigest()[:16]
 
 
 @cache
