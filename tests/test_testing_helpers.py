@@ -12,7 +12,9 @@ from boundary.testing import (
     assert_exposes_u_end,
     assert_renders_append_only,
     builtin_conversations,
+    builtin_corpus,
     check,
+    declared_rewrites,
     requests_of,
 )
 
@@ -43,7 +45,13 @@ def custom(template: str, qwen: boundary.Family) -> boundary.Family:
 
 def test_the_builtin_corpus_mixes_tau_bench_and_mt_bench_and_ends_before_an_assistant_turn() -> None:
     conversations = builtin_conversations()
-    assert len(conversations) > 8
+    corpus = builtin_corpus()
+    assert conversations == [e.messages for e in corpus]
+    names = [e.name for e in corpus]
+    assert len(set(names)) == len(names) > 40
+    assert names[:3] == ["tau-bench-0", "mt-bench-101", "tau-bench-1"]
+    assert any(n.startswith("bfcl-") for n in names) and names[-1].startswith("edge-")
+    assert all(e.tools for e in corpus if e.name.startswith(("tau-bench", "bfcl")))
     assert conversations[0][0]["role"] == "system"
     assert any(m.get("tool_calls") for c in conversations for m in c)
     assert any(m["role"] == "tool" for c in conversations for m in c)
@@ -104,3 +112,51 @@ def test_qwen3_5s_declared_empty_think_block_rewrite_is_caught(qwen: boundary.Fa
     assert first is not None
     assert conversation[int(first.group(1))]["role"] == "assistant"
     assert "think>" in message
+
+
+def test_a_declared_rewrite_is_named_and_excused_only_when_allowed(qwen: boundary.Family) -> None:
+    conversation = builtin_conversations(limit=5)[4]
+    (rewrite,) = check(qwen, [conversation]).rewrites
+    assert rewrite.declared == "empty_think_block"
+    assert "empty_think_block" in declared_rewrites(qwen)
+    assert_renders_append_only(qwen, [conversation], allow=declared_rewrites(qwen))
+    with pytest.raises(AssertionError, match=r"the family declares it \(empty_think_block\)"):
+        assert_renders_append_only(qwen, [conversation], allow=["drop_reasoning_before_last_user"])
+    # a template without a rule table explains nothing: the same allowance does not excuse it
+    counted = custom(COUNT_IN_SYSTEM, qwen)
+    assert declared_rewrites(counted) == []
+    with pytest.raises(AssertionError, match="no declared rewrite"):
+        assert_renders_append_only(counted, builtin_conversations(limit=1), allow=declared_rewrites(qwen))
+
+
+def test_texts_and_ids_are_compared_with_transformers(qwen: boundary.Family) -> None:
+    corpus = [e for e in builtin_corpus() if e.name.startswith(("tau-bench-0", "bfcl-", "edge-"))]
+    result = check(qwen, corpus, compare_with_transformers=True)
+    assert result.requests and all(r.target_equal is True for r in result.requests)
+    assert all(r.target_equal is None for r in check(qwen, corpus[:1]).requests)
+
+
+def test_a_render_that_fails_is_recorded_and_fails_the_u_end_assertion(qwen: boundary.Family) -> None:
+    no_tools = (
+        "{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tool turns') }}"
+        "{% endif %}<{{ m.role }}>{{ m.content }}</>{% endfor %}" + GENERATION
+    )
+    fam = custom(no_tools, qwen)
+    conversation = next(e for e in builtin_corpus() if e.name == "edge-parallel-tool-calls")
+    result = check(fam, [conversation])
+    assert result.errors and all("no tool turns" in str(r.error) for r in result.errors)
+    assert all(r.u_end is not None for r in result.requests if r.error is None)
+    with pytest.raises(AssertionError, match="render failed: .*no tool turns"):
+        assert_exposes_u_end(fam, [conversation])
+
+
+def test_each_answer_is_round_tripped_against_the_next_request(qwen: boundary.Family) -> None:
+    edges = {e.name: e for e in builtin_corpus() if e.name.startswith("edge-")}
+    first = check(qwen, [edges["edge-reasoning-in-history"]]).requests[0]
+    assert first.answer is not None and first.answer.round_trips is False
+    assert first.answer.cause == "hidden_reasoning_dropped"
+    assert check(qwen, [edges["edge-single-user"]]).requests[0].answer is None  # nothing follows
+    # a template of its own has no tool-call format: the tool-calling answer is skipped, by name
+    calls = check(custom(LOOP + GENERATION, qwen), [edges["edge-parallel-tool-calls"]]).requests[0]
+    assert calls.answer is not None and calls.answer.round_trips is None
+    assert "no tool-call format" in str(calls.answer.skipped)
