@@ -48,6 +48,7 @@ __all__ = [
     "RewriteTrigger",
     "TemplateKwarg",
     "TemplateVariant",
+    "conventions_of",
     "family_names",
     "family_spec",
     "load_family",
@@ -228,6 +229,30 @@ def load_family(
         else shipped_tokenizer(name)
     )
     return Family(spec, templates, tok, default_variant=default, limits=limits)
+
+
+CONVENTIONS = (
+    "reasoning_field",
+    "reasoning_tags",
+    "tool_call_format",
+    "tool_arguments",
+    "content_parts",
+    "stop_tokens",
+    "template_kwargs",
+    "history_rewrites",
+    "output",
+)
+"""The spec fields that describe how a family's model writes its turns and how its template
+rewrites history: what a fine-tuned model with an edited template keeps from its base."""
+
+
+def conventions_of(name: str) -> dict[str, Any]:
+    """Shipped family ``name``'s ``CONVENTIONS``, as spec fields for ``Family.from_template`` /
+    ``Family.from_pretrained`` (``**conventions_of("qwen3_5")``): a user's template then gets
+    the family's output format (tool calls and reasoning read back, round trips) and its
+    history-rewrite rule table."""
+    spec = family_spec(name)
+    return {field: getattr(spec, field) for field in CONVENTIONS}
 
 
 def _custom_spec(name: str, tok: Tokenizer, fields: dict[str, Any]) -> FamilySpec:

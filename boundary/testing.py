@@ -22,14 +22,8 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from boundary.audit.template_check import (
-    CorpusEntry,
-    RequestCheck,
-    TemplateCheck,
-    builtin_corpus,
-    check,
-    requests_of,
-)
+from boundary.audit.template_check import RequestCheck, TemplateCheck, check, requests_of
+from boundary.audit.template_corpus import CorpusEntry, builtin_corpus
 from boundary.family import Family
 from boundary.horizon import active_rewrites
 from boundary.renderer import Renderer

@@ -146,7 +146,7 @@ def test_a_render_that_fails_is_recorded_and_fails_the_u_end_assertion(qwen: bou
     result = check(fam, [conversation])
     assert result.errors and all("no tool turns" in str(r.error) for r in result.errors)
     assert all(r.u_end is not None for r in result.requests if r.error is None)
-    with pytest.raises(AssertionError, match="render failed: .*no tool turns"):
+    with pytest.raises(AssertionError, match=r"render failed: .*no tool turns"):
         assert_exposes_u_end(fam, [conversation])
 
 

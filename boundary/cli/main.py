@@ -22,6 +22,7 @@ from typing import TextIO
 
 COMMANDS = {
     "audit": "boundary.cli.audit",
+    "check-template": "boundary.cli.check_template",
     "experiment": "boundary.cli.experiment",
     "render": "boundary.cli.render",
 }

@@ -89,19 +89,27 @@ def add_family_arguments(
         metavar="PATH",
         help="with --template: a tokenizer.json file or a directory of tokenizer files",
     )
+    group.add_argument(
+        "--like",
+        metavar="NAME",
+        help="with --model or --template: read turns and history as shipped family NAME does (its "
+        "tool-call and reasoning format, its declared history rewrites), e.g. a fine-tuned qwen3_5",
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class FamilySource:
     """Where a command's family comes from: exactly one of a shipped family ``name``, a local
     ``model_dir``, or a ``template`` file with its ``tokenizer`` (a ``tokenizer.json`` or a
-    directory). Paths are checked to exist when made (``family_source``); nothing is read
-    until ``load``."""
+    directory); with either of the last two, ``like`` names the shipped family whose
+    conventions (``boundary.family.conventions_of``) it takes. Paths are checked to exist
+    when made (``family_source``); nothing is read until ``load``."""
 
     name: str | None = None
     model_dir: Path | None = None
     template: Path | None = None
     tokenizer: Path | None = None
+    like: str | None = None
 
     @property
     def label(self) -> str:
@@ -116,10 +124,11 @@ class FamilySource:
 
     def flags(self) -> list[str]:
         """The options that choose this family, as typed on a command line."""
+        like = [] if self.like is None else ["--like", self.like]
         if self.model_dir is not None:
-            return ["--model", str(self.model_dir)]
+            return ["--model", str(self.model_dir), *like]
         if self.template is not None:
-            return ["--template", str(self.template), "--tokenizer", str(self.tokenizer)]
+            return ["--template", str(self.template), "--tokenizer", str(self.tokenizer), *like]
         assert self.name is not None
         return ["--family", self.name]
 
@@ -131,15 +140,17 @@ class FamilySource:
         """The family, ``variant`` its default template; a variant it lacks is a
         ``TemplateLoadError`` naming those it has."""
         from boundary.errors import TemplateLoadError
-        from boundary.family import Family, load_family
+        from boundary.family import Family, conventions_of, load_family
 
         if self.name is not None:
             return load_family(self.name, variant=variant)
+        conventions = {} if self.like is None else conventions_of(self.like)
         if self.model_dir is not None:
-            fam = Family.from_pretrained(self.model_dir, name=self.label)
+            fam = Family.from_pretrained(self.model_dir, name=self.label, **conventions)
         else:
             assert self.template is not None and self.tokenizer is not None
-            fam = Family.from_template(_read_template(self.template), self.tokenizer, name=self.label)
+            template = _read_template(self.template)
+            fam = Family.from_template(template, self.tokenizer, name=self.label, **conventions)
         if variant is None or variant == fam.default_variant:
             return fam
         if variant not in fam.templates:
@@ -171,6 +182,9 @@ def family_source(
             if args.tokenizer is None
             else "--tokenizer goes with --template (a model directory brings its own: --model DIR)"
         )
+    like = getattr(args, "like", None)
+    if like is not None and model_dir is None and args.template is None:
+        raise ValueError("--like goes with --model DIR or --template FILE (a shipped family has its own)")
     if args.template is not None:
         if not args.template.is_file():
             raise ValueError(f"--template {args.template}: no such file")
@@ -179,9 +193,9 @@ def family_source(
                 f"--tokenizer {args.tokenizer}: no such file or directory (a tokenizer.json or a "
                 f"directory of tokenizer files; {OFFLINE})"
             )
-        return FamilySource(template=args.template, tokenizer=args.tokenizer)
+        return FamilySource(template=args.template, tokenizer=args.tokenizer, like=like)
     if model_dir is not None:
-        return FamilySource(model_dir=model_dir)
+        return FamilySource(model_dir=model_dir, like=like)
     name = args.family or default_family
     if name is None:
         raise ValueError(
