@@ -1,4 +1,4 @@
-"""boundary's checkpoints in vLLM 0.33.0's align-mode prefix cache.
+"""boundary's checkpoints in vLLM's align-mode prefix cache (0.34.0; also 0.33.0 and the CPU build 0.32.0).
 
 Where it sits: the engine end's front door, after render and boundaries: it re-exports the frontend
 side (``client``, ``hints``) and the version pin (``pin``); users and
@@ -12,8 +12,8 @@ OpenAI-compatible chat body that sends vLLM exactly those tokens
 Engine side (``--scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler``): see
 ``boundary_vllm.scheduler``. It extends non-public vLLM classes, so importing the engine side
 (``boundary_vllm.scheduler``, ``boundary_vllm.retention``, ``boundary_vllm.replay``) with any
-vLLM other than the pinned version fails there, with the reason; the frontend side works with
-any vLLM or none.
+vLLM other than the supported builds (``pin``) fails there, with the reason; the frontend side
+works with any vLLM or none.
 """
 
 from boundary_vllm.client import ChatRequest, chat_request, post_chat

@@ -15,10 +15,11 @@ logprobs, the time to first token, and the scheduler steps that admitted, advanc
 
 Sessions run closed-loop: a session's next request is added when its previous one has finished.
 Where a check needs a known answer, ``EngineRequest.forced`` makes the model generate exactly
-those token ids (``ForcedTokens``, a per-request logits processor); forcing changes which token
-is sampled, never the logprobs vLLM reports (raw logits).
+those token ids (``ForcedTokens``, a per-request logits processor: Model Runner V2's interface on
+the GPU wheels, the V1 adapter on the CPU build); forcing changes which token is sampled, never
+the logprobs vLLM reports (raw logits).
 
-Works on both supported builds (``boundary_vllm.compat``); on CPU the engine needs
+Works on every supported build (``boundary_vllm.compat``); on CPU the engine needs
 ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` to stay in this process, which ``EngineRun`` sets (and a
 1 GiB KV cache, ``VLLM_CPU_KVCACHE_SPACE``, unless set).
 """
@@ -43,37 +44,102 @@ from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
-from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from boundary_vllm.compat import ASYNC_SCHEDULING
+from boundary_vllm.compat import ASYNC_SCHEDULING, DIFF
 from boundary_vllm.hints import SESSION_KEY, encode_hints
 from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
 
 FORCE_KEY = "boundary_forced_tokens"  # extra_args entry: token ids the request must generate
+FORCE_FROM_KEY = "boundary_forced_from"  # extra_args entry: the prompt length (output 0's position)
 
 
-class ForcedTokens(AdapterLogitsProcessor):
-    """Makes a request generate exactly ``extra_args[FORCE_KEY]`` (then samples freely): every
-    other token's logit becomes -inf while a forced token is due. For checks, not production."""
+def forced_token(tokens: Sequence[int], forced_from: int, position: int) -> int | None:
+    """The token forced at sequence ``position`` (the token sampled there): output
+    ``position - forced_from`` of ``tokens``, None once they are written (or before)."""
+    k = position - forced_from
+    return int(tokens[k]) if 0 <= k < len(tokens) else None
 
-    def is_argmax_invariant(self) -> bool:
-        return False
 
-    def new_req_logits_processor(self, params: SamplingParams) -> Callable[..., torch.Tensor] | None:
-        forced = (params.extra_args or {}).get(FORCE_KEY)
-        if not forced:
-            return None
-        tokens = [int(t) for t in forced]
+def _force_row(logits: torch.Tensor, token: int) -> None:
+    """Every logit of ``logits`` (one row) but ``token``'s becomes -inf; ``token``'s is kept."""
+    keep = logits[token].clone()
+    logits.fill_(float("-inf"))
+    logits[token] = keep
 
-        def force(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
-            k = len(output_ids)
-            if k < len(tokens):
-                keep = logits[tokens[k]].clone()
-                logits.fill_(float("-inf"))
-                logits[tokens[k]] = keep
+
+def _forced(params: SamplingParams) -> tuple[list[int], int] | None:
+    extra = params.extra_args or {}
+    forced = extra.get(FORCE_KEY)
+    if not forced:
+        return None
+    return [int(t) for t in forced], int(extra[FORCE_FROM_KEY])
+
+
+if DIFF.logits_processor == "v2":
+    # Model Runner V2's interface (0.33.0, 0.34.0: vllm.v1.sample.logits_processor is gone in 0.34.0)
+    from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcessor
+
+    class ForcedTokens(LogitsProcessor):
+        """Makes a request generate exactly ``extra_args[FORCE_KEY]`` (then samples freely):
+        every other token's logit becomes -inf while a forced token is due. Model Runner V2's
+        custom logits-processor interface; a row's output index is ``ctx.pos + 1`` minus
+        ``extra_args[FORCE_FROM_KEY]`` (the prompt length), so a request resumed after
+        preemption picks up where it was. For checks, not production."""
+
+        def __init__(self, vllm_config: Any, req_states: Any) -> None:
+            self.slots: dict[int, tuple[list[int], int]] = {}  # request slot -> (tokens, prompt length)
+
+        @classmethod
+        def validate_params(cls, sampling_params: SamplingParams) -> None:
+            extra = sampling_params.extra_args or {}
+            if extra.get(FORCE_KEY) and not isinstance(extra.get(FORCE_FROM_KEY), int):
+                raise ValueError(f"{FORCE_KEY} needs {FORCE_FROM_KEY} (the prompt length)")
+
+        def add_request(self, req_idx: int, sampling_params: SamplingParams) -> bool:
+            forced = _forced(sampling_params)
+            if forced is None:
+                self.slots.pop(req_idx, None)  # a recycled slot: its previous occupant's tokens go
+                return False
+            self.slots[req_idx] = forced
+            return True
+
+        def apply(self, logits: torch.Tensor, ctx: LogitsContext) -> torch.Tensor:
+            if not self.slots:
+                return logits
+            slots = ctx.expanded_idx_mapping.tolist()  # a device sync: a check harness, not serving
+            positions = ctx.pos.tolist()
+            for row, (slot, pos) in enumerate(zip(slots, positions, strict=True)):
+                entry = self.slots.get(slot)
+                token = None if entry is None else forced_token(entry[0], entry[1], pos + 1)
+                if token is not None:
+                    _force_row(logits[row], token)
             return logits
 
-        return force
+else:
+    # the CPU build's runner (V1 logits processors)
+    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+    class ForcedTokens(AdapterLogitsProcessor):  # type: ignore[no-redef]
+        """Makes a request generate exactly ``extra_args[FORCE_KEY]`` (then samples freely):
+        every other token's logit becomes -inf while a forced token is due (the V1 adapter
+        interface, the CPU build's runner). For checks, not production."""
+
+        def is_argmax_invariant(self) -> bool:
+            return False
+
+        def new_req_logits_processor(self, params: SamplingParams) -> Callable[..., torch.Tensor] | None:
+            forced = _forced(params)
+            if forced is None:
+                return None
+            tokens, start = forced
+
+            def force(output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+                token = forced_token(tokens, start, start + len(output_ids))
+                if token is not None:
+                    _force_row(logits, token)
+                return logits
+
+            return force
 
 
 @dataclass(slots=True)
@@ -198,6 +264,7 @@ class EngineRequest:
             hints[SESSION_KEY] = self.session
         if self.forced:
             hints[FORCE_KEY] = list(self.forced)
+            hints[FORCE_FROM_KEY] = len(self.prompt_token_ids)
         return SamplingParams(
             temperature=0.0,
             max_tokens=self.max_tokens,

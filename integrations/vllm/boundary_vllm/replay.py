@@ -40,11 +40,11 @@ from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
 from boundary.retention_policy import Variant
+from boundary_vllm.compat import runner_output
 from boundary_vllm.counters import CheckpointCounters
 from boundary_vllm.hints import SESSION_KEY, encode_hints
 from boundary_vllm.replay_config import EngineShape, kv_cache_config, vllm_config
@@ -192,10 +192,7 @@ class _SessionDriver:
             outputs = entry.item.output_token_ids
             sampled.append([outputs[min(entry.sampled, len(outputs) - 1)]])
             entry.sampled += 1
-        index = {rid: k for k, rid in enumerate(ids)}
-        self.scheduler.update_from_output(
-            step, ModelRunnerOutput(req_ids=ids, req_id_to_index=index, sampled_token_ids=sampled)
-        )
+        self.scheduler.update_from_output(step, runner_output(ids, sampled))
 
     def _collect(self) -> None:
         """Record the requests that finished; their sessions send their next request."""
@@ -308,12 +305,7 @@ class Replay:
                     hit = request.num_computed_tokens - step.num_scheduled_tokens[rid]
             ids = list(step.num_scheduled_tokens)
             sampled = [[] if scheduler.requests[i].is_prefill_chunk else [next(outputs)] for i in ids]
-            scheduler.update_from_output(
-                step,
-                ModelRunnerOutput(
-                    req_ids=ids, req_id_to_index={i: k for k, i in enumerate(ids)}, sampled_token_ids=sampled
-                ),
-            )
+            scheduler.update_from_output(step, runner_output(ids, sampled))
         assert hit is not None
         retention = getattr(scheduler, "boundary_retention", None)
         kind = retention.classify_hit(request, hit) if retention is not None else "n/a"

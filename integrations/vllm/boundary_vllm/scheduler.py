@@ -17,8 +17,9 @@ configured policy variant of ``boundary.retention_policy`` decides which states 
 Requests without checkpoints are scheduled and cached exactly as upstream. At construction the
 configuration is cross-checked (``engine_checks``): a scheduler class that does not match async
 scheduling, or speculative decoding unless opted in, is refused. Nothing in vLLM is
-edited: the split, admission, scheduling and finish hooks are overrides of the pinned 0.33.0
-``Scheduler``, and retention wraps each Mamba manager's ``cache_blocks``.
+edited: the split, admission, scheduling and finish hooks are overrides of ``Scheduler`` (the
+same signatures in every supported build, ``boundary_vllm.compat``), and retention wraps each
+Mamba manager's ``cache_blocks``.
 
 Where it sits: the engine end, after checkpoints: vLLM loads it by name (``--scheduler-cls``); it
 reads ``hints`` and ``settings``, decides through ``boundary.retention_policy`` and executes
@@ -188,7 +189,7 @@ class BoundaryCheckpointsMixin:
         )
 
     def _get_local_prefix_cache_hit(self, request: Request, *args: Any):
-        result = super()._get_local_prefix_cache_hit(request, *args)  # 0.33.0 adds max_cache_hit_length
+        result = super()._get_local_prefix_cache_hit(request, *args)  # max_cache_hit_length since 0.33.0
         if self.boundary_retention is not None:
             self._pending_hits[request.request_id] = result[1]
         return result

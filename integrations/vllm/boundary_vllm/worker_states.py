@@ -1,22 +1,33 @@
 # ruff: noqa: E402  (the vLLM version is checked before vLLM is imported)
-"""A model of how vLLM 0.33.0's worker moves recurrent states between Mamba blocks in align
-mode, and a check that every state a request reads is the state of exactly its own tokens.
+"""A model of how vLLM's worker moves recurrent states between Mamba blocks in align mode, and
+a check that every state a request reads is the state of exactly its own tokens.
+
+The runner modelled is **Model Runner V2**, the only GPU runner in vLLM 0.34.0 and the default
+on 0.33.0 (``vllm/v1/worker/gpu/model_runner.py: GPUModelRunner`` with
+``gpu/model_states/mamba_hybrid.py: MambaHybridModelState``, the same code in both wheels for
+what is modelled here). Not modelled: Model Runner V1 (0.33.0's ``gpu_model_runner.py``, gone in
+0.34.0) and the CPU build's runner; for chunk-end checkpoints without speculative decoding they
+move states by the same rule.
 
 Where it sits: the engine end, under ``replay`` (which alone calls it): a check of vLLM's worker
-that no model needs; it imports only ``pin`` and vLLM.
+that no model needs; it imports only ``pin``, ``compat`` and vLLM.
 
 No model runs on CPU, so each Mamba state block holds a *tag* instead of tensors: the token
 prefix ``tokens[0:n]`` the state represents (``Prefix``: ``n`` and a digest of those tokens).
-Per ``SchedulerOutput``, in the order the worker applies it (``gpu_model_runner._update_states``,
-then ``mamba_utils.preprocess_mamba``, then the forward):
+Per ``SchedulerOutput``, in the order the V2 runner applies it (``execute_model``:
+``finish_requests``, ``add_requests``, ``update_requests``, then
+``MambaHybridModelState.preprocess_state`` and the forward):
 
-1. finished and preempted requests drop their running-state index;
-2. ``new_block_ids_to_zero`` are zeroed (no state);
-3. ``kv_cache_block_copies`` run (copy-on-write: a sub-block hit's private copy, a producer's
-   sub-block state saved before the next chunk overwrites it), all sources read first;
-4. per scheduled request the running state sits in block ``cdiv(computed + scheduled, B) - 1``;
-   when that index moved since the last step (or, for a new or resumed request, from
-   ``(computed - 1) // B``), the state is copied there from the previous index;
+1. finished and preempted requests drop their request slot and running-state index
+   (``finish_requests``);
+2. ``new_block_ids_to_zero`` are zeroed (no state) and ``kv_cache_block_copies`` run
+   (copy-on-write: a sub-block hit's private copy, a producer's sub-block state saved before the
+   next chunk overwrites it), all sources read first (``update_requests``);
+3. a new request, or one resumed after preemption (re-sent as new under V2), has its running
+   index seeded at ``(computed - 1) // B`` (``MambaHybridModelState.add_request``; -1: fresh);
+4. per scheduled request the running state moves to block ``cdiv(computed + scheduled, B) - 1``;
+   when that index differs from the previous one (and that is not -1), the state is copied there
+   (``preprocess_mamba_align_fused_kernel`` + ``precopy_mamba_align_fused_kernel``);
 5. the request **reads** that block: it must hold ``tokens[0:computed]`` (nothing when
    ``computed == 0``), else a ``read`` violation;
 6. the forward writes ``tokens[0:computed + scheduled]`` into it.
@@ -43,6 +54,8 @@ from vllm.v1.core.kv_cache_utils import BlockHash, get_block_hash, get_group_id
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.kv_cache_interface import KVCacheConfig, MambaSpec
 from vllm.v1.request import Request
+
+from boundary_vllm.compat import cached_blocks, resumed_request_ids
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,9 +165,10 @@ class WorkerStates:
             self._running[new.req_id] = _Running({g: list(new.block_ids[g]) for g in self.groups})
             computed[new.req_id] = new.num_computed_tokens
         cached = out.scheduled_cached_reqs
+        resumed = resumed_request_ids(cached)
         for i, rid in enumerate(cached.req_ids):
             new_ids = cached.new_block_ids[i]
-            if rid in cached.resumed_req_ids:
+            if rid in resumed:
                 assert new_ids is not None
                 self._running[rid] = _Running({g: list(new_ids[g]) for g in self.groups})
             elif new_ids is not None:
@@ -199,16 +213,15 @@ class WorkerStates:
         self._hashed[rid] = len(request.block_hashes)
 
     def _check_at_rest(self) -> None:
-        for key, blocks in self.pool.cached_block_hash_to_block._cache.items():
+        for key, block_id in cached_blocks(self.pool):
             if get_group_id(key) not in self.groups:
                 continue
             origin = self._hash_prefix.get(get_block_hash(key))
             if origin is None:
                 continue  # a hash no replayed request produced
             expected = self.prefix(*origin)
-            for block in blocks.values() if isinstance(blocks, dict) else (blocks,):
-                self.checked_keys += 1
-                found = self._content.get(block.block_id)
-                if found != expected and (key, block.block_id) not in self._reported:
-                    self._reported.add((key, block.block_id))
-                    self.violations.append(StateViolation(self.steps, "rest", None, expected, found))
+            self.checked_keys += 1
+            found = self._content.get(block_id)
+            if found != expected and (key, block_id) not in self._reported:
+                self._reported.add((key, block_id))
+                self.violations.append(StateViolation(self.steps, "rest", None, expected, found))
