@@ -99,6 +99,7 @@ class HistoryRewrite(_Spec):
     kind: Literal[
         "drop_reasoning_before_last_user",
         "drop_all_reasoning",
+        "drop_tool_call_content",
         "empty_think_block",
         "reserialize_tool_arguments",
         "default_system_prompt",

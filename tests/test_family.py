@@ -25,6 +25,7 @@ HYBRID = {
     "granite_4_h",
     "kimi_linear",
     "zamba2",
+    "minimax_m1",
     "jamba",
     "falcon_h1",
 }

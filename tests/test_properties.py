@@ -97,6 +97,7 @@ TOOLS = [
         "deepseek_v3",
         "kimi_linear",
         "minimax_m2",
+        "minimax_m1",
     ],
 )
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

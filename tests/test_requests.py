@@ -405,6 +405,7 @@ def _continue_matrix() -> list[Any]:
         "deepseek_v3",
         "mistral",
         "zamba2",
+        "minimax_m1",
     ]
     cases = [
         c

@@ -25,6 +25,7 @@ from boundary.outputs.formats.json_calls import (
     DeepSeekV3,
     HermesJson,
     KimiSections,
+    MinimaxM1Json,
     MistralCalls,
     NemotronToolcall,
 )
@@ -53,6 +54,7 @@ SYNTAXES: dict[str, ToolCallSyntax] = {
         MistralCalls(),
         Qwen3CoderXml(),
         MinimaxXml(),
+        MinimaxM1Json(),
     )
 }
 

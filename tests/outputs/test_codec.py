@@ -229,6 +229,30 @@ HAND_WRITTEN = [
         ("Easy.", "Hello.", []),
     ),
     (
+        "minimax_m1",
+        "m1",
+        CALL,
+        "<think>\nNeed the weather.\n</think>\n\nChecking.\n<tool_calls>\n"
+        '{"name": "get_weather", "arguments": {"city":"Oslo","days":2}}\n</tool_calls><end_of_sentence>',
+        ("Need the weather.", "Checking.", WEATHER),
+    ),
+    (
+        "minimax_m1",
+        "m1",
+        TWO_CALLS,
+        "<think>\nNeed both.\n</think>\n\n<tool_calls>\n"
+        '{"name": "get_weather", "arguments": {"city":"Oslo"}}\n'
+        '{"name": "get_weather", "arguments": {"city":"Rome","days":3}}\n</tool_calls><end_of_sentence>',
+        ("Need both.", None, BOTH),
+    ),
+    (
+        "minimax_m1",
+        "m1",
+        ANSWER,
+        "<think>\nEasy.\n</think>\n\nHello.<end_of_sentence>",
+        ("Easy.", "Hello.", []),
+    ),
+    (
         "zamba2",
         "instruct",
         ANSWER,
@@ -238,9 +262,10 @@ HAND_WRITTEN = [
 ]
 
 # Formats whose vLLM 0.33.0 parser runs here: gpt-oss's harmony parser needs the o200k_harmony
-# encoding (a download), Nemotron Nano v2's <TOOLCALL> has no parser in vLLM 0.33.0 and Zamba2
-# writes no tool calls; those three are covered by the hand-written cases only.
-NO_VLLM_ORACLE = {"gpt_oss", "nemotron_nano_v2", "zamba2"}
+# encoding (a download), Nemotron Nano v2's <TOOLCALL> and MiniMax-M1's <tool_calls> have no
+# parser in vLLM 0.33.0 and Zamba2 writes no tool calls; those are covered by the hand-written
+# cases only.
+NO_VLLM_ORACLE = {"gpt_oss", "minimax_m1", "nemotron_nano_v2", "zamba2"}
 _KIND = {id(CALL): "call", id(TWO_CALLS): "two-calls", id(ANSWER): "answer"}
 HAND_IDS = [f"{n}-{v}-{_KIND[id(m)]}" for n, v, m, _, _ in HAND_WRITTEN]
 

@@ -6,6 +6,8 @@ them.
 - hermes_json (Qwen3, Qwen3-Next, Granite 4.0):
   ``<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call>``
 - nemotron_toolcall (Nemotron Nano v2): ``<TOOLCALL>[{"name": ..., "arguments": {...}}, ...]</TOOLCALL>``
+- minimax_m1_json (MiniMax-M1): ``<tool_calls>\n{"name": ..., "arguments": {...}}\n...\n</tool_calls>``,
+  one call object a line
 - kimi_sections (Kimi): ``<|tool_calls_section_begin|>`` then per call
   ``<|tool_call_begin|>functions.NAME:N<|tool_call_argument_begin|>{...}<|tool_call_end|>``
 - deepseek_v3: ``<｜tool▁calls▁begin｜>`` then per call
@@ -158,6 +160,41 @@ class NemotronToolcall:
             if arguments.startswith('"'):
                 arguments = json.loads(arguments)  # arguments written as the JSON text of an object
             calls.append(ReadCall(name, arguments, None, a, b, args_a, args_b))
+        return CallsRead(calls, close + len(self.close))
+
+
+@dataclass(frozen=True, slots=True)
+class MinimaxM1Json:
+    """One ``<tool_calls>`` section of call objects, one a line (the format MiniMax-M1's chat
+    template asks for and re-renders). Invariant: every call's arguments are the exact text
+    of one JSON object between its ``"arguments":`` and the call object's closing brace."""
+
+    name: str = "minimax_m1_json"
+    start: str = "<tool_calls>"
+    before: str = "\n"
+    between: str = "\n"
+    after: str = ""
+    close: str = "</tool_calls>"
+
+    def write(self, calls: Sequence[WrittenCall], between: str, context: CallContext) -> str:
+        items = between.join(f'{{"name": "{c.name}", "arguments": {c.arguments}}}' for c in calls)
+        return f"{self.start}\n{items}\n{self.close}"
+
+    def read(self, block: str, context: CallContext) -> CallsRead:
+        close = block.find(self.close)
+        if close < 0:
+            return CallsRead([], 0, "the tool-call section is never closed", unclosed=True)
+        calls: list[ReadCall] = []
+        at = skip_whitespace(block, len(self.start))
+        while at < close:
+            found = _name_and_arguments(block[:close], at, len(calls))
+            if isinstance(found, str):
+                return CallsRead(calls, 0, found)
+            name, a, b, end = found
+            calls.append(ReadCall(name, block[a:b], None, at, end, a, b))
+            at = skip_whitespace(block, end)
+        if not calls:
+            return CallsRead([], 0, "the tool-call section holds no call")
         return CallsRead(calls, close + len(self.close))
 
 
