@@ -31,8 +31,10 @@ vLLM recorder writes Unix time), checked by ``boundary.trace_times``. ``served_b
 checkpoint kind that served the request's hit (``prompt_end``, ``input_end``, ``decode_end``,
 ``reactive``, ``prompt_end_block``), ``untracked`` (the engine
 served a state whose origin it had not recorded), ``unattributed`` (a hit the server reported
-without its kind: a frontend's record) or null for no hit; ``hit_tokens`` is the hit's length
-and ``policy`` the engine's checkpoint policy, both as recorded.
+without its kind: a frontend's record), ``unknown`` (the server did not report its cached
+tokens: vLLM without ``--enable-prompt-tokens-details``; never a miss, and then without
+``hit_tokens``) or null for no hit; ``hit_tokens`` is the hit's length and ``policy`` the
+engine's checkpoint policy, both as recorded.
 
 Every error names the file and line, and the session when the line has one:
 ``trace.jsonl:12 (session 's1'): output: ...``. The reader refuses what no later stage may
@@ -145,8 +147,17 @@ Output = Annotated[
 
 
 ServedBy = Literal[
-    "prompt_end", "input_end", "decode_end", "reactive", "prompt_end_block", "untracked", "unattributed"
+    "prompt_end",
+    "input_end",
+    "decode_end",
+    "reactive",
+    "prompt_end_block",
+    "untracked",
+    "unattributed",
+    "unknown",
 ]
+UNKNOWN_HIT = "unknown"
+"""``served_by`` of a request whose hit the server did not report (no ``hit_tokens``)."""
 
 
 _PRODUCTION_ONLY = ("u_end", "p_end", "d_end", "served_by", "hit_tokens", "policy")
@@ -199,6 +210,10 @@ class TraceRequest(_Model):
             raise ValueError(f"u_end {self.u_end} beyond the prompt ({n} tokens)")
         if self.output is not None and not isinstance(self.output, TokenOutput):
             raise ValueError('a production record\'s output is {"token_ids": [...]}')
+        if self.served_by == UNKNOWN_HIT and self.hit_tokens is not None:
+            raise ValueError(
+                f"served_by {UNKNOWN_HIT!r} with hit_tokens {self.hit_tokens}: an unknown hit has none"
+            )
         if self.d_end is not None:
             end = n + (len(self.output.token_ids) if isinstance(self.output, TokenOutput) else 0)
             if not n <= self.d_end <= end:

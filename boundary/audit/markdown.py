@@ -29,6 +29,22 @@ def reuse_table(summary: Summary) -> list[str]:
     return lines
 
 
+def recorded_hits_line(summary: Summary) -> str:
+    """The hits the production records carry; unknown ones counted apart, never as misses."""
+    h = summary.recorded_hits
+    assert h is not None
+    share = f" ({_pct(h.hit_tokens / h.prompt_tokens)} of their prompt tokens)" if h.prompt_tokens else ""
+    line = (
+        f"Recorded hits: {h.reported} of {h.records} records report one, {h.hit_tokens:,} tokens{share}, "
+        f"{h.misses} of them misses; {h.unknown} unknown"
+    )
+    if h.unknown:
+        line += " (the server did not report cached tokens: start vLLM with --enable-prompt-tokens-details)"
+    if h.absent:
+        line += f"; {h.absent} without a hit recorded"
+    return line + "."
+
+
 def to_markdown(report: AuditReport, *, title: str | None = None) -> str:
     s = report.summary
     kwargs = ", ".join(f"{k}={v}" for k, v in report.template_kwargs.items()) or "template defaults"
@@ -62,6 +78,8 @@ def to_markdown(report: AuditReport, *, title: str | None = None) -> str:
     )
     if s.output_problems:
         lines.append(f"Outputs not read back cleanly: {s.output_problems}.")
+    if s.recorded_hits is not None:
+        lines.append(recorded_hits_line(s))
     if report.what_if:
         lines += [
             "",

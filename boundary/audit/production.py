@@ -8,7 +8,9 @@ parsed or verified. Per turn the checkpoints are the recorded P_end (the prompt 
 (when the engine recorded one) and D_end (the recorded ``d_end``; without one, the committed
 output with its trailing stop token excluded); each is checked against the session's next
 prompt by token prefix, exactly as for a rendered trace: a checkpoint at ``n`` is reused when
-``tokens[:n]`` is a prefix of the next prompt. ``round_trips`` says whether D_end was.
+``tokens[:n]`` is a prefix of the next prompt. ``round_trips`` says whether D_end was. The hit
+the server recorded is carried as it is (``recorded_hit_tokens``, ``recorded_served_by``): an
+``unknown`` hit (the server did not report cached tokens) stays unknown, never a miss.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def audit_production_session(
             generated_tokens=None if ids is None else len(ids),
             checkpoints={},
             reuses=_best(made, here, k),
+            recorded_hit_tokens=request.hit_tokens,
+            recorded_served_by=_recorded_served(request),
         )
         kept = _committed(ids, len(prompt), request.d_end, stops)
         p_end = TokenOffset(len(prompt))
@@ -74,6 +78,14 @@ def audit_production_session(
         records.append(record)
         made.append((packed(prompt + (kept or [])), points))
     return records
+
+
+def _recorded_served(request: TraceRequest) -> str | None:
+    """What served the recorded hit: its kind, ``unknown``, ``miss`` (a recorded 0), or None
+    where the record holds no hit."""
+    if request.served_by is not None:
+        return request.served_by
+    return "miss" if request.hit_tokens is not None else None
 
 
 def _committed(ids: list[int] | None, prompt: int, d_end: int | None, stops: set[int]) -> list[int] | None:

@@ -68,6 +68,8 @@ class TurnRecord(_Record):
         None  # what this request resumes from (any earlier checkpoint of the session)
     )
     horizon: HorizonRecord | None = None
+    recorded_hit_tokens: int | None = None  # a production record's hit, as the server reported it
+    recorded_served_by: str | None = None  # as recorded; "miss" for a recorded miss, "unknown": not reported
 
 
 class KindSummary(_Record):
@@ -88,6 +90,21 @@ class HorizonSummary(_Record):
     mean_slack: float
 
 
+class RecordedHits(_Record):
+    """The hits a production trace recorded. Invariant: ``reported + unknown + absent ==
+    records``; ``unknown`` hits (the server did not report cached tokens) are never misses."""
+
+    records: int
+    reported: int  # a hit length recorded (0 for a miss)
+    misses: int  # reported as 0
+    unknown: (
+        int  # ``served_by: unknown``: the server did not say (vLLM without --enable-prompt-tokens-details)
+    )
+    absent: int  # no hit recorded at all
+    hit_tokens: int  # over the reported ones
+    prompt_tokens: int  # over the reported ones
+
+
 class Summary(_Record):
     sessions: int
     turns: int
@@ -101,6 +118,7 @@ class Summary(_Record):
     stop_token_rewritten: int  # turns whose trailing stop token the next request writes differently
     output_problems: int
     horizon: HorizonSummary
+    recorded_hits: RecordedHits | None = None  # production records only
 
 
 class WhatIf(_Record):

@@ -26,6 +26,7 @@ from boundary.audit.records import (
     Kind,
     KindSummary,
     OutputSource,
+    RecordedHits,
     ReuseRecord,
     Summary,
     TurnRecord,
@@ -44,7 +45,7 @@ from boundary.roundtrip import (
     check_continuation,
     checkpoints,
 )
-from boundary.trace import MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
+from boundary.trace import UNKNOWN_HIT, MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +316,27 @@ def summarize(records: Sequence[TurnRecord]) -> Summary:
             mean_position_share=_mean(shares),
             mean_slack=_mean([h.slack for _, h in checked if h.slack is not None]),
         ),
+        recorded_hits=recorded_hits(records),
+    )
+
+
+def recorded_hits(records: Sequence[TurnRecord]) -> RecordedHits | None:
+    """What the production records among ``records`` say about their hits (None: no record
+    carries one): an ``unknown`` hit is counted apart, never as a miss."""
+    carried = [r for r in records if r.recorded_served_by is not None or r.recorded_hit_tokens is not None]
+    if not carried:
+        return None
+    production = [r for r in records if r.messages == 0]  # a production record renders no messages
+    reported = [r for r in production if r.recorded_hit_tokens is not None]
+    unknown = sum(1 for r in production if r.recorded_served_by == UNKNOWN_HIT)
+    return RecordedHits(
+        records=len(production),
+        reported=len(reported),
+        misses=sum(1 for r in reported if r.recorded_hit_tokens == 0),
+        unknown=unknown,
+        absent=len(production) - len(reported) - unknown,
+        hit_tokens=sum(r.recorded_hit_tokens or 0 for r in reported),
+        prompt_tokens=sum(r.checkpoints["prompt_end"].logical for r in reported),
     )
 
 

@@ -225,6 +225,10 @@ def _summary_table(err: Any, report: Any) -> None:
         table.add_row(kind, f"{100 * k.rate:.1f}%", f"{k.mean_reused_tokens:,.0f}")
     table.add_row("best earlier (any turn)", "", f"{s.mean_reused_tokens:,.0f}")
     err.print(table)
+    if s.recorded_hits is not None:
+        from boundary.audit.markdown import recorded_hits_line
+
+        err.print(recorded_hits_line(s), markup=False)
 
 
 def _regress(args: argparse.Namespace) -> int:

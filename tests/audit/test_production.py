@@ -83,3 +83,37 @@ def test_a_recorded_d_end_is_the_decode_end_checkpoint():
     ]
     first, _ = audit_requests(family("qwen3_5"), recorded, AuditSettings(unit=1)).records
     assert (first.d_end, first.checkpoints["decode_end"].logical, first.round_trips) == (1, 5, True)
+
+
+def test_the_audit_counts_unknown_hits_apart_from_misses(tmp_path, capsys):
+    fam = family("qwen3_5")
+    stop = min(stop_ids(fam))
+    recorded = [
+        production_record("p", [1, 2, 3, 4], [5, stop], u_end=2, hit_tokens=0),
+        production_record(
+            "p", [1, 2, 3, 4, 5, 6], [7, stop], u_end=5, served_by="unattributed", hit_tokens=4
+        ),
+        production_record("p", [1, 2, 3, 4, 5, 6, 7, 8], [9, stop], u_end=7, served_by="unknown"),
+        production_record("p", [1, 2, 3, 4, 5, 6, 7, 8, 9, 10], None, u_end=9),
+    ]
+    hits = audit_requests(fam, recorded, AuditSettings(unit=1)).summary.recorded_hits
+    assert hits is not None
+    assert (hits.records, hits.reported, hits.misses, hits.unknown, hits.absent) == (4, 2, 1, 1, 1)
+    assert (hits.hit_tokens, hits.prompt_tokens) == (4, 10)
+    path = tmp_path / "recorded.jsonl"
+    with TraceWriter(path) as writer:
+        for r in recorded:
+            writer.write(r)
+    assert main(["audit", str(path), "--family", "qwen3_5", "--unit", "1", "--no-what-if"]) == 0
+    out = capsys.readouterr().out
+    reported = "Recorded hits: 2 of 4 records report one, 4 tokens (40.0% of their prompt tokens)"
+    assert f"{reported}, 1 of them misses; " in out
+    assert (
+        "1 unknown (the server did not report cached tokens: start vLLM with --enable-prompt-tokens-details)"
+        in out
+    )
+
+
+def test_an_unknown_hit_with_a_length_is_refused():
+    with pytest.raises(ValueError, match="an unknown hit has none"):
+        production_record("p", [1, 2], [3], served_by="unknown", hit_tokens=0)

@@ -126,21 +126,37 @@ def test_a_recorded_request_carries_its_session_and_the_frontend_can_record_the_
     assert all(isinstance(v, str | int | float) for v in xargs.values())  # what vllm_xargs accepts
     assert req.body["return_token_ids"] is True
 
-    def reply(cached: int) -> dict:
+    def reply(cached: int | None) -> dict:
+        details = None if cached is None else {"cached_tokens": cached}  # null: vLLM's default
         return {
             "id": "chatcmpl-1",
             "choices": [{"message": {"role": "assistant", "content": "ok"}, "token_ids": [9, 10]}],
-            "usage": {"prompt_tokens_details": {"cached_tokens": cached}},
+            "usage": {"prompt_tokens": 5, "prompt_tokens_details": details},
         }
 
     recorder = TraceRecorder(tmp_path / "frontend.jsonl")
     recorder.submit(finished_from_reply(req, reply(128), arrival_s=1764650000.5))
     recorder.submit(finished_from_reply(req, reply(0), arrival_s=1764650001.0))
+    recorder.submit(finished_from_reply(req, reply(None), arrival_s=1764650002.0))
     recorder.close()
-    hit, miss = read_trace(tmp_path / "frontend.jsonl")  # production records
+    assert (recorder.stats.written, recorder.stats.unknown_hits) == (3, 1)
+    hit, miss, unknown = read_trace(tmp_path / "frontend.jsonl")  # production records
     assert hit.session == "s1" and hit.output is not None and hit.output.token_ids == [9, 10]
     assert hit.prompt_token_ids == req.rendering.token_ids
     assert (hit.u_end, hit.p_end) == (req.rendering.u_end, req.rendering.p_end)
     assert (hit.hit_tokens, hit.served_by, hit.d_end, hit.policy) == (128, "unattributed", None, None)
     assert (miss.hit_tokens, miss.served_by) == (0, None)
+    assert (unknown.hit_tokens, unknown.served_by) == (None, "unknown")  # not reported: never a miss
     assert (hit.arrival_s, miss.arrival_s) == (1764650000.5, 1764650001.0)
+
+
+def test_cached_tokens_that_are_not_a_count_are_refused_not_recorded():
+    from boundary_vllm.client import finished_from_reply
+
+    req = request(session="s1", record=True)
+    bad = {
+        "choices": [{"message": {"role": "assistant", "content": "ok"}, "token_ids": [9]}],
+        "usage": {"prompt_tokens_details": {"cached_tokens": "12"}},
+    }
+    with pytest.raises(ValueError, match=r"cached_tokens: expected a non-negative int, got '12'"):
+        finished_from_reply(req, bad)

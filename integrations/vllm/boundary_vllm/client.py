@@ -39,7 +39,7 @@ from boundary.outputs import parse_output
 from boundary.rendering import Rendering
 from boundary.roundtrip import ClientHabits
 from boundary_vllm.hints import SESSION_KEY, encode_hints
-from boundary_vllm.recording import MISS, UNATTRIBUTED, FinishedRequest
+from boundary_vllm.recording import MISS, UNATTRIBUTED, UNKNOWN, FinishedRequest
 
 UNBOUNDED_OUTPUT = 1 << 30  # a horizon past P_end: the output may stay; the engine caps it at D_end
 
@@ -104,11 +104,14 @@ def finished_from_reply(
     """The frontend's record of one answered request (for ``TraceRecorder.submit``): the output
     ids vLLM returned (``return_token_ids``), the cached prompt tokens it reported as the hit;
     which checkpoint served it only the engine knows (``served`` is ``unattributed``, or
-    ``miss`` when nothing was cached). ``arrival_s``: when the frontend sent the request
-    (Unix seconds, ``time.time()``), recorded as the line's arrival time."""
+    ``miss`` when it reported 0 cached tokens). A reply without
+    ``usage.prompt_tokens_details.cached_tokens`` (vLLM started without
+    ``--enable-prompt-tokens-details``) is recorded as ``unknown`` with no hit, never as a
+    miss. ``arrival_s``: when the frontend sent the request (Unix seconds, ``time.time()``),
+    recorded as the line's arrival time."""
     choice = reply["choices"][0]
-    usage = reply.get("usage") or {}
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    cached = reported_cached_tokens(reply)
+    served = UNKNOWN if cached is None else UNATTRIBUTED if cached else MISS
     rendering = request.rendering
     return FinishedRequest(
         session=request.session or str(reply.get("id", "unknown")),
@@ -116,11 +119,26 @@ def finished_from_reply(
         output_token_ids=choice.get("token_ids") or [],
         u_end=rendering.u_end,
         d_end=None,
-        hit_tokens=int(cached),
-        served=UNATTRIBUTED if cached else MISS,
+        hit_tokens=cached,
+        served=served,
         policy=None,
         arrival_s=arrival_s,
     )
+
+
+def reported_cached_tokens(reply: Mapping[str, Any]) -> int | None:
+    """``usage.prompt_tokens_details.cached_tokens`` of a chat-completions reply (None: not
+    reported, as vLLM does without ``--enable-prompt-tokens-details``); a value that is not a
+    non-negative int is a ``ValueError``."""
+    usage = reply.get("usage") or {}
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached is None:
+        return None
+    if type(cached) is not int or cached < 0:
+        raise ValueError(
+            f"usage.prompt_tokens_details.cached_tokens: expected a non-negative int, got {cached!r}"
+        )
+    return cached
 
 
 def predicted_horizon(

@@ -7,10 +7,10 @@ by).
 
 ``CheckpointCounters`` is plain data (tests read it directly). ``PrometheusExport`` mirrors it
 into ``prometheus_client`` metrics in the engine process: they reach vLLM's ``/metrics`` when
-``PROMETHEUS_MULTIPROC_DIR`` is set for the server (the engine process inherits it), or a
-separate endpoint with ``metrics_port``. Every metric carries vLLM's own ``model_name`` and
-``engine`` labels (the served model name and the engine index), so several engines or models
-behind one ``/metrics`` stay apart.
+``PROMETHEUS_MULTIPROC_DIR`` is set for the server (the engine process inherits it), and
+otherwise never (the scheduler warns at start-up, ``engine_checks.metrics_warning``). Every
+metric carries vLLM's own ``model_name`` and ``engine`` labels (the served model name and the
+engine index), so several engines or models behind one ``/metrics`` stay apart.
 """
 
 from __future__ import annotations

@@ -11,12 +11,18 @@ vLLM builds it; it imports only ``settings``.
   (accepted, it is logged as unverified).
 - ``prefix_match_unit`` equal to the align-mode block: no sub-block state can be hit, and U_end
   floors to P_end's block in almost every turn, so the plugin changes next to nothing.
+- Metrics that cannot be exported: the scheduler runs in vLLM's engine-core process (a child
+  process, as ``vllm serve`` runs it) and ``PROMETHEUS_MULTIPROC_DIR`` is not set, so no
+  ``boundary_*`` metric reaches the server's ``/metrics`` (``metrics_warning``).
 
 This module never imports vLLM: the scheduler hands it the facts.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from boundary_vllm.settings import IntegrationSettings
@@ -41,9 +47,38 @@ class EngineFacts:
     hit_unit: int | None = None
 
 
-def check_engine(facts: EngineFacts, settings: IntegrationSettings) -> list[str]:
+METRICS_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def metrics_warning(environ: Mapping[str, str], *, child_process: bool, log_interval_s: float) -> str | None:
+    """Why boundary's metrics cannot reach the server's ``/metrics`` (None: they can). They are
+    ``prometheus_client`` metrics of the process the scheduler runs in: a child process (vLLM's
+    engine core under ``vllm serve``) exports them only through ``PROMETHEUS_MULTIPROC_DIR``."""
+    if not child_process or environ.get(METRICS_DIR_ENV):
+        return None
+    logged = (
+        f"they are still logged every {log_interval_s:g} s"
+        if log_interval_s
+        else "log_interval_s is 0: nothing logs them"
+    )
+    return (
+        f"boundary_* metrics cannot be exported: the scheduler runs in a child process and {METRICS_DIR_ENV} "
+        f"is not set, so the server's /metrics never sees them ({logged}); set {METRICS_DIR_ENV} to an empty "
+        "directory in the server's environment"
+    )
+
+
+def check_engine(
+    facts: EngineFacts,
+    settings: IntegrationSettings,
+    *,
+    environ: Mapping[str, str] | None = None,
+    child_process: bool | None = None,
+) -> list[str]:
     """Raise ``ConfigurationError`` for a configuration the plugin cannot run under; return
-    the warnings to log for one it runs under without effect or unverified."""
+    the warnings to log for one it runs under without effect, unverified or unobserved.
+    ``environ`` / ``child_process``: this process's environment and whether a parent process
+    started it (default: read from this process)."""
     if facts.scheduler_is_async and not facts.async_scheduling:
         raise ConfigurationError(
             f"--scheduler-cls {facts.scheduler_class} needs async scheduling, which is off "
@@ -75,4 +110,13 @@ def check_engine(facts: EngineFacts, settings: IntegrationSettings) -> list[str]
             "can be hit, so U_end floors to P_end's block in almost every turn and the policy "
             "changes next to nothing; set --prefix-match-unit 16 (or another divisor of the block)"
         )
+    metrics = metrics_warning(
+        os.environ if environ is None else environ,
+        child_process=multiprocessing.parent_process() is not None
+        if child_process is None
+        else child_process,
+        log_interval_s=settings.log_interval_s,
+    )
+    if metrics is not None:
+        warnings.append(metrics)
     return warnings

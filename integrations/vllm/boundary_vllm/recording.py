@@ -11,9 +11,11 @@ without one, the request id), the prompt ids as the engine ran them, the committ
 U_end / P_end / D_end, the arrival time (``arrival_s``: the engine's ``Request.arrival_time``,
 Unix seconds, or the time the frontend sent the request), the joint hit at admission
 (``hit_tokens``), the checkpoint kind that served it (``served_by``: null for a miss,
-``untracked`` for a state of unknown origin, ``unattributed`` in a frontend's record) and the
-policy. Records are written as requests finish, so a session whose requests overlap in time can
-be written out of arrival order, which the reader refuses. ``boundary.trace.production_record``
+``untracked`` for a state of unknown origin, ``unattributed`` in a frontend's record,
+``unknown`` with no ``hit_tokens`` where the server did not report its cached tokens) and the
+policy. ``RecorderStats.unknown_hits`` counts the records written with an unknown hit.
+Records are written as requests finish, so a session whose requests overlap in time can be
+written out of arrival order, which the reader refuses. ``boundary.trace.production_record``
 builds it and ``boundary.trace.TraceWriter`` writes it.
 
 Opt-in and bounded: on only with a path (``additional_config["boundary"]["record_path"]`` or
@@ -42,11 +44,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from boundary.trace import MAX_TRACE_BYTES, TraceRequest, TraceWriter, production_record
+from boundary.trace import MAX_TRACE_BYTES, UNKNOWN_HIT, TraceRequest, TraceWriter, production_record
 
 RECORD_ENV = "BOUNDARY_RECORD_PATH"
 MISS = "miss"  # no hit: recorded as ``served_by: null``
 UNATTRIBUTED = "unattributed"  # a hit the server reported without the kind that served it
+UNKNOWN = UNKNOWN_HIT  # the server did not report a hit at all: never counted as a miss
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +64,16 @@ class RecordLimits:
 class FinishedRequest:
     """One finished request as the scheduler hands it over: references, serialized later.
     ``d_end``: the committed end (trailing stop tokens excluded); ``served``: the kind that
-    served the hit, ``miss``, ``untracked`` or ``unattributed``; ``arrival_s``: when the request
-    arrived (Unix seconds; None: not known)."""
+    served the hit, ``miss``, ``untracked``, ``unattributed`` or ``unknown`` (then
+    ``hit_tokens`` is None, and only then); ``arrival_s``: when the request arrived (Unix
+    seconds; None: not known)."""
 
     session: str
     prompt_token_ids: Sequence[int]
     output_token_ids: Sequence[int]
     u_end: int | None
     d_end: int | None
-    hit_tokens: int
+    hit_tokens: int | None
     served: str
     policy: str | None
     arrival_s: float | None = None
@@ -98,6 +102,7 @@ class RecorderStats:
     """Counts since the recorder started; each field has one writer thread."""
 
     written: int = 0  # writer thread
+    unknown_hits: int = 0  # writer thread: records written whose hit the server did not report
     bytes: int = 0  # writer thread
     dropped_by_writer: int = 0  # writer thread: a limit reached when the record came to be written
     invalid: int = 0  # writer thread: a record the trace schema refused, or a failed write
@@ -214,6 +219,7 @@ class TraceRecorder:
             return
         if kept:
             s.written, s.bytes = writer.written, writer.bytes
+            s.unknown_hits += finished.served == UNKNOWN
         else:
             s.dropped_by_writer += 1
 

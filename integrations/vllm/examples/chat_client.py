@@ -8,7 +8,9 @@ it renders with ``boundary`` and sends with ``boundary_vllm.client``.
 
 Without ``--messages`` the conversation is boundary's default one (a tau-bench airline session up
 to its 6th user turn). ``--dry-run`` prints the request body instead of sending it. The server runs
-``vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler``.
+``vllm serve MODEL --enable-prompt-tokens-details --scheduler-cls
+boundary_vllm.scheduler.AsyncBoundaryScheduler``; without ``--enable-prompt-tokens-details`` vLLM
+reports no cached tokens (printed as unknown, not 0).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 from pathlib import Path
 
 from boundary_vllm import chat_request, post_chat
+from boundary_vllm.client import reported_cached_tokens
 
 import boundary
 from boundary.datasets import default_conversation
@@ -54,9 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     reply = post_chat(args.url, request)
     message = reply["choices"][0]["message"]
-    usage = reply.get("usage") or {}
-    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
-    print(f"cached prompt tokens: {cached}", file=sys.stderr)
+    cached = reported_cached_tokens(reply)
+    if cached is None:
+        print(
+            "cached prompt tokens: unknown (start vLLM with --enable-prompt-tokens-details)", file=sys.stderr
+        )
+    else:
+        print(f"cached prompt tokens: {cached}", file=sys.stderr)
     json.dump(message, sys.stdout, ensure_ascii=False, indent=1)
     return 0
 
