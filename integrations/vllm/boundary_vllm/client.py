@@ -44,6 +44,38 @@ from boundary_vllm.recording import MISS, UNATTRIBUTED, UNKNOWN, FinishedRequest
 UNBOUNDED_OUTPUT = 1 << 30  # a horizon past P_end: the output may stay; the engine caps it at D_end
 
 
+# The Chat Completions fields the OpenAI SDK's ``chat.completions.create`` takes by name (openai
+# 1.40 and later); every other body field travels in its ``extra_body``.
+OPENAI_CREATE_FIELDS = frozenset(
+    {
+        "messages",
+        "model",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "n",
+        "parallel_tool_calls",
+        "presence_penalty",
+        "response_format",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+    }
+)
+
+
 @dataclass(frozen=True, slots=True)
 class ChatRequest:
     """A chat-completions body and the rendering its tokens and hints came from."""
@@ -51,6 +83,24 @@ class ChatRequest:
     body: dict[str, Any]
     rendering: Rendering
     session: str | None = None
+
+    def openai_arguments(self) -> dict[str, Any]:
+        """``client.chat.completions.create(**req.openai_arguments())`` sends exactly ``body``
+        (see ``openai_arguments``)."""
+        return openai_arguments(self.body)
+
+
+def openai_arguments(body: Mapping[str, Any]) -> dict[str, Any]:
+    """Keyword arguments for the OpenAI SDK's ``client.chat.completions.create`` that send
+    exactly ``body``: the Chat Completions fields by name (``OPENAI_CREATE_FIELDS``), every
+    other field (``kv_transfer_params``, ``vllm_xargs``, ``chat_template_kwargs``,
+    ``return_token_ids``, ...) in ``extra_body``, which the SDK merges into the JSON it
+    sends. A body that already holds ``extra_body`` is refused (it is not a body field)."""
+    if "extra_body" in body:
+        raise ValueError("the body holds 'extra_body': give the request body itself, not SDK arguments")
+    named = {k: v for k, v in body.items() if k in OPENAI_CREATE_FIELDS}
+    extra = {k: v for k, v in body.items() if k not in OPENAI_CREATE_FIELDS}
+    return {**named, "extra_body": extra} if extra else named
 
 
 def chat_request(
