@@ -64,6 +64,9 @@ class CacheBlocksHook:
         self.hit_unit = hit_unit
         self.exported_twin = exported_twin
         self.num_hash_lookahead_tokens = num_hash_lookahead_tokens
+        # sub-block states keyed by the step being scheduled now, whose forward has not run:
+        # (request id, state), moved to ``CheckpointRetention.unconfirmed`` when the step is sealed
+        self.fresh: list[tuple[str, HeldState]] = []
 
     def install(
         self, groups: Sequence[MambaGroup], attention: Sequence[tuple[int, FullAttentionManager]]
@@ -136,7 +139,8 @@ class CacheBlocksHook:
         manager.num_cached_block[request.request_id] = min(
             manager.num_cached_block.get(request.request_id, 0), index
         )
-        self.kept.keep_prefill(group, blocks[index], key, position, plan)
+        held = self.kept.keep_prefill(group, blocks[index], key, position, plan)
+        self.fresh.append((request.request_id, held))
 
     def cache_attention_blocks(
         self,

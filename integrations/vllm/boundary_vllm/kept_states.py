@@ -89,9 +89,11 @@ class KeptStates:
         position: int,
         plan: RequestCheckpoints,
         kinds: tuple[CheckpointKind, ...] | None = None,
-    ) -> None:
+    ) -> HeldState:
         holder = self.record(group, block, key, kinds or plan.kinds_at(position))
-        plan.prefill_states.setdefault(position, []).append(HeldState(group, key, holder))
+        held = HeldState(group, key, holder)
+        plan.prefill_states.setdefault(position, []).append(held)
+        return held
 
     def hold_decode_state(self, plan: RequestCheckpoints, position: int, held: HeldState) -> None:
         plan.decode_states.setdefault(position, []).append(held)

@@ -20,7 +20,12 @@ Invariants: a kept state at position ``n`` is the state after exactly ``tokens[0
 reachable only through the chained hash of those tokens, so it is never reused beyond that
 prefix; requests without hints are cached exactly as upstream. What is kept, where and for whom
 is the ledger (``boundary_vllm.ledger``), written only by ``boundary_vllm.kept_states``, which
-prunes it when vLLM un-keys a block and empties it when vLLM resets its prefix cache; retained
+prunes it when vLLM un-keys a block and empties it when vLLM resets its prefix cache. No state is
+keyed before it exists: a sub-block state keyed while its step is scheduled counts as written only
+once that step's output arrives (``confirm``); a request that frees its blocks before then
+(aborted, preempted, or revoked from the step by a preemption in the same schedule) un-keys it
+(``discard_unconfirmed``), so a later lookup never lands on a state that may not have been
+written. Retained
 bytes are running sums. Whatever the plugin un-keys itself goes out as a ``BlockRemoved`` KV
 event, as vLLM's own evictions do, so KV-aware routers see vLLM's hash table.
 """
@@ -56,7 +61,7 @@ from boundary_vllm.compat import hash_lookahead_tokens
 from boundary_vllm.counters import MISS, UNTRACKED, CheckpointCounters
 from boundary_vllm.decode_end import request_d_end
 from boundary_vllm.kept_states import KeptStates
-from boundary_vllm.ledger import MambaGroup, RequestCheckpoints
+from boundary_vllm.ledger import HeldState, MambaGroup, RequestCheckpoints
 
 
 class CheckpointRetention:
@@ -122,6 +127,8 @@ class CheckpointRetention:
             num_hash_lookahead_tokens=num_hash_lookahead_tokens,
         )
         self.hook.install(self.groups, self.attention)
+        self.unconfirmed: dict[int, list[tuple[str, HeldState]]] = {}  # id(step) -> its keyed states
+        self.unconfirmed_unkeyed = 0  # states un-keyed because their request left before the output
 
     # -- geometry --------------------------------------------------------------------------------
     def geometry(self, *, decode_states: bool) -> EngineGeometry:
@@ -160,6 +167,38 @@ class CheckpointRetention:
 
     def plan(self, request_id: str) -> RequestCheckpoints | None:
         return self.plans.get(request_id)
+
+    # -- states keyed before their step's output ---------------------------------------------------
+    def seal(self, step: object) -> None:
+        """The step just scheduled keyed ``hook.fresh``: unconfirmed until ``confirm(step)``."""
+        if self.hook.fresh:
+            self.unconfirmed[id(step)] = self.hook.fresh
+            self.hook.fresh = []
+
+    def confirm(self, step: object) -> None:
+        """The output of ``step`` arrived: the states it keyed were written."""
+        self.unconfirmed.pop(id(step), None)
+
+    def discard_unconfirmed(self, request: Request) -> int:
+        """``request`` frees its blocks (finished, aborted or preempted): un-key every sub-block
+        state it keyed in a step whose output has not arrived (or in the step being scheduled),
+        so no later lookup finds a state that step may never write. Returns how many."""
+        rid = request.request_id
+        pending = [h for r, h in self.hook.fresh if r == rid]
+        self.hook.fresh = [(r, h) for r, h in self.hook.fresh if r != rid]
+        for step, entries in list(self.unconfirmed.items()):
+            pending += [h for r, h in entries if r == rid]
+            kept = [(r, h) for r, h in entries if r != rid]
+            if kept:
+                self.unconfirmed[step] = kept
+            else:
+                del self.unconfirmed[step]
+        for held in pending:
+            block = held.current()
+            if block is not None:
+                self.kept.unkey(block, held.key, request)
+                self.unconfirmed_unkeyed += 1
+        return len(pending)
 
     def finish(self, request: Request, *, completed: bool) -> None:
         """Apply the finish-phase decision: keep its decode state, drop the prompt-side states

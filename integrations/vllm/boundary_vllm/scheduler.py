@@ -235,7 +235,25 @@ class BoundaryCheckpointsMixin:
         super()._update_after_schedule(scheduler_output)
         self._report()
 
+    def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        out: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
+        if self.boundary_retention is not None:
+            self.boundary_retention.seal(out)  # what this step keyed is unwritten until its output
+        return out
+
+    def update_from_output(self, scheduler_output: SchedulerOutput, *args: Any, **kwargs: Any) -> Any:
+        if self.boundary_retention is not None:
+            self.boundary_retention.confirm(scheduler_output)  # before requests finish inside
+        return super().update_from_output(scheduler_output, *args, **kwargs)  # type: ignore[misc]
+
     # -- finish ----------------------------------------------------------------------------------
+    def _free_request_blocks(self, request: Request) -> Any:
+        """Finish, abort and preemption all free here: first un-key the sub-block states the
+        request keyed in steps whose output has not arrived (``discard_unconfirmed``)."""
+        if self.boundary_retention is not None:
+            self.boundary_retention.discard_unconfirmed(request)
+        return super()._free_request_blocks(request)  # type: ignore[misc]
+
     def _free_request(self, request: Request, delay_free_blocks: bool = False):
         if self.boundary_recorder is not None:
             self._record(request)
