@@ -25,6 +25,7 @@ from typing import Any
 
 from boundary.offsets import BoundaryStatus, CharOffset
 from boundary.outputs import OutputFormat, ParsedOutput, RegionKind, output_format
+from boundary.outputs.formats.pythonic_calls import LFM2_PYTHONIC, template_arguments
 from boundary.outputs.formats.xml_calls import PARAMETERS, written_parameters
 from boundary.outputs.reasoning import Prefill
 from boundary.renderer import HoldsRenderer, Renderer, renderer_of
@@ -317,10 +318,18 @@ def _first_rewritten_arguments(parsed: ParsedOutput, fmt: OutputFormat, habits: 
     """Where the first tool call whose written arguments a template re-writes starts: JSON
     arguments that ``tojson`` writes differently (unless the client sends them back as
     written); XML values that are JSON other than a string (a client that types them by the
-    tool's schema sends them back as values, and the template writes ``tojson`` or ``str()``)."""
+    tool's schema sends them back as values, and the template writes ``tojson`` or ``str()``);
+    Python keyword arguments the template writes back differently (single-quoted strings)."""
     xml = fmt.syntax.name if fmt.syntax is not None and fmt.syntax.name in PARAMETERS else None
+    pythonic = fmt.syntax is not None and fmt.syntax.name == LFM2_PYTHONIC
     for region in parsed.regions:
         if region.kind is not RegionKind.ARGUMENTS:
+            continue
+        if pythonic:
+            written = parsed.text[region.start : region.end]
+            call = parsed.tool_calls[region.index or 0]["function"]["arguments"]
+            if written != template_arguments(json.loads(call)):
+                return region.start
             continue
         if xml is not None:
             values = written_parameters(xml, parsed.text[region.start : region.end])

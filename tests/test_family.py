@@ -26,6 +26,7 @@ HYBRID = {
     "kimi_linear",
     "zamba2",
     "minimax_m1",
+    "lfm2",
     "jamba",
     "falcon_h1",
 }

@@ -175,3 +175,94 @@ def test_minimax_m1_never_renders_reasoning_and_keeps_an_answer_without_it() -> 
     assert "It is sunny." not in _reference("minimax_m1", nxt, None, False)
     assert not r.round_trips and r.cause is Cause.HIDDEN_REASONING_DROPPED
     assert "drop_all_reasoning" in _horizon_kinds("minimax_m1", USER, thought, tools=None)
+
+
+# -- LFM2.5 ------------------------------------------------------------------------------------
+
+LFM_CALL = "<|tool_call_start|>[get_weather(city='Oslo', days=2)]<|tool_call_end|><|im_end|>"
+LFM_LOOP = [
+    *USER,
+    {"role": "assistant", "content": "", "tool_calls": [_call('{"city": "Oslo", "days": 2}')]},
+    {"role": "tool", "tool_call_id": "call0", "content": "sunny"},
+]
+
+
+def test_lfm2_facts_are_labelled() -> None:
+    fam = family("lfm2")
+    assert fam.spec.hybrid and "Lfm2MoeForCausalLM" in fam.spec.architecture
+    assert fam.tokenizer.stand_in and "no LFM2.5 vocabulary" in fam.tokenizer.source
+    assert "LFM Open License" in fam.spec.variants[0].license
+    assert (boundary.resources.data_dir("templates") / "lfm2" / "NOTICE").is_file()
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"preserve_thinking": True}], ids=["defaults", "preserve"])
+@pytest.mark.parametrize(
+    ("messages", "tools"),
+    [
+        (USER, None),
+        ([{"role": "system", "content": "Be brief."}, *USER], TOOLS),
+        (LFM_LOOP, TOOLS),
+        ([*USER, {"role": "assistant", "content": "Sunny.", "reasoning_content": "Easy."}, *USER], None),
+    ],
+    ids=["chat", "system_tools", "tool_result", "reasoning_then_user"],
+)
+def test_lfm2_exposes_u_end_where_transformers_history_ends(messages, tools, kwargs) -> None:
+    r = family("lfm2").render(messages, tools, now=FIXED_NOW, **kwargs)
+    history = _reference("lfm2", messages, tools, False, **kwargs)
+    assert r.input_end.status is boundary.BoundaryStatus.FOUND
+    assert r.input_end.char == len(history) and r.text.startswith(history)
+    assert r.text[len(history) :] == "<|im_start|>assistant\n"
+    assert len(r.generation_spans) == sum(
+        m["role"] == "assistant" for m in messages
+    )  # one {% generation %} a turn
+
+
+def test_lfm2_continued_message_starts_at_its_header() -> None:
+    r = family("lfm2").render([*USER, {"role": "assistant", "content": "It is"}], continue_final_message=True)
+    assert r.text.endswith("<|im_start|>assistant\nIt is")
+    assert r.input_end.char == len(_reference("lfm2", USER, None, False))
+
+
+def test_lfm2_tool_call_in_the_templates_own_python_round_trips() -> None:
+    r = _verify("lfm2", USER, LFM_CALL, LFM_LOOP)
+    assert [c["function"]["arguments"] for c in r.parsed.tool_calls] == ['{"city": "Oslo", "days": 2}']
+    assert r.round_trips and r.cause is None
+    assert "reserialize_tool_arguments" not in _horizon_kinds("lfm2", USER, LFM_CALL)
+
+
+def test_lfm2_re_writes_double_quoted_strings_in_single_quotes() -> None:
+    text = LFM_CALL.replace("'Oslo'", '"Oslo"')
+    r = _verify("lfm2", USER, text, LFM_LOOP)
+    assert r.parsed.tool_calls[0]["function"]["arguments"] == '{"city": "Oslo", "days": 2}'
+    assert "city='Oslo'" in _reference("lfm2", LFM_LOOP, TOOLS, False)
+    assert not r.round_trips and r.cause is Cause.TOOL_CALL_RESERIALIZED
+    assert "reserialize_tool_arguments" in _horizon_kinds("lfm2", USER, text)
+
+
+def test_lfm2_reads_a_call_that_is_not_python_as_a_problem() -> None:
+    fam = family("lfm2")
+    prompt = fam.render(USER, TOOLS)
+    for text, problem in [
+        ("<|tool_call_start|>[get_weather('Oslo')]<|tool_call_end|><|im_end|>", "keyword arguments"),
+        ("<|tool_call_start|>[get_weather(city=x)]<|tool_call_end|><|im_end|>", "not a literal"),
+        ("<|tool_call_start|>[get_weather(city=]<|tool_call_end|><|im_end|>", "not Python"),
+    ]:
+        parsed = boundary.outputs.parse_output(fam, text, prompt, tools=TOOLS)
+        assert parsed.status is boundary.outputs.OutputStatus.MALFORMED and problem in (parsed.problem or "")
+
+
+def test_lfm2_keeps_reasoning_in_the_tool_loop_and_drops_it_at_the_next_user_message() -> None:
+    text = "<think>Need the weather.</think>" + LFM_CALL
+    loop = [*LFM_LOOP]
+    loop[1] = {**loop[1], "reasoning_content": "Need the weather."}
+    assert _verify("lfm2", USER, text, loop).round_trips
+    answer = "<think>Easy.</think>Sunny.<|im_end|>"
+    nxt = [*USER, {"role": "assistant", "content": "Sunny.", "reasoning_content": "Easy."}, *USER]
+    dropped = _verify("lfm2", USER, answer, nxt, tools=None)
+    assert "Easy." not in _reference("lfm2", nxt, None, False)
+    assert not dropped.round_trips and dropped.cause is Cause.HIDDEN_REASONING_DROPPED
+    assert "drop_reasoning_before_last_user" in _horizon_kinds("lfm2", USER, answer, tools=None)
+    kept = _verify("lfm2", USER, answer, nxt, tools=None, preserve_thinking=True)
+    assert "<think>Easy.</think>Sunny." in _reference("lfm2", nxt, None, False, preserve_thinking=True)
+    assert kept.round_trips
+    assert _horizon_kinds("lfm2", USER, answer, tools=None, preserve_thinking=True) == []

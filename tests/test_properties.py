@@ -98,6 +98,7 @@ TOOLS = [
         "kimi_linear",
         "minimax_m2",
         "minimax_m1",
+        "lfm2",
     ],
 )
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -406,6 +406,7 @@ def _continue_matrix() -> list[Any]:
         "mistral",
         "zamba2",
         "minimax_m1",
+        "lfm2",
     ]
     cases = [
         c

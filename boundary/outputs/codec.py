@@ -29,6 +29,7 @@ from boundary.outputs.formats.json_calls import (
     MistralCalls,
     NemotronToolcall,
 )
+from boundary.outputs.formats.pythonic_calls import Lfm2Pythonic
 from boundary.outputs.formats.xml_calls import MinimaxXml, Qwen3CoderXml
 from boundary.outputs.model import (
     GeneratedOutput,
@@ -55,6 +56,7 @@ SYNTAXES: dict[str, ToolCallSyntax] = {
         Qwen3CoderXml(),
         MinimaxXml(),
         MinimaxM1Json(),
+        Lfm2Pythonic(),
     )
 }
 

@@ -253,6 +253,29 @@ HAND_WRITTEN = [
         ("Easy.", "Hello.", []),
     ),
     (
+        "lfm2",
+        "8b_a1b",
+        CALL,
+        "<think>Need the weather.</think>Checking.<|tool_call_start|>"
+        '[get_weather(city="Oslo", days=2)]<|tool_call_end|><|im_end|>',
+        ("Need the weather.", "Checking.", WEATHER),
+    ),
+    (
+        "lfm2",
+        "8b_a1b",
+        TWO_CALLS,
+        "<think>Need both.</think><|tool_call_start|>"
+        '[get_weather(city="Oslo"), get_weather(city="Rome", days=3)]<|tool_call_end|><|im_end|>',
+        ("Need both.", None, BOTH),
+    ),
+    (
+        "lfm2",
+        "8b_a1b",
+        ANSWER,
+        "<think>Easy.</think>Hello.<|im_end|>",
+        ("Easy.", "Hello.", []),
+    ),
+    (
         "zamba2",
         "instruct",
         ANSWER,
@@ -263,9 +286,9 @@ HAND_WRITTEN = [
 
 # Formats whose vLLM 0.33.0 parser runs here: gpt-oss's harmony parser needs the o200k_harmony
 # encoding (a download), Nemotron Nano v2's <TOOLCALL> and MiniMax-M1's <tool_calls> have no
-# parser in vLLM 0.33.0 and Zamba2 writes no tool calls; those are covered by the hand-written
-# cases only.
-NO_VLLM_ORACLE = {"gpt_oss", "minimax_m1", "nemotron_nano_v2", "zamba2"}
+# parser in vLLM 0.33.0, LFM2.5 has no vLLM reasoning parser (its think block stays in content
+# there) and Zamba2 writes no tool calls; those are covered by the hand-written cases only.
+NO_VLLM_ORACLE = {"gpt_oss", "lfm2", "minimax_m1", "nemotron_nano_v2", "zamba2"}
 _KIND = {id(CALL): "call", id(TWO_CALLS): "two-calls", id(ANSWER): "answer"}
 HAND_IDS = [f"{n}-{v}-{_KIND[id(m)]}" for n, v, m, _, _ in HAND_WRITTEN]
 
