@@ -197,10 +197,22 @@ def _this_turn(t: _Turn, part: RewritePart) -> _Cut | None:
     if part == "tool_call_header" and t.calls:
         region = parsed.region(RegionKind.TOOL_CALL)
         return _Cut(t.p_char + region.start) if region is not None else None
+    if part == "content_whitespace":
+        return _trimmed_at(t)
     if part == "tool_list":
         last_user = _SINCE["new_user_message"](t)
         return _Cut(t.turn_start(last_user), in_turn=False) if last_user >= 0 else None
     return None  # stop_token, system_prompt: not position limits of their own
+
+
+def _trimmed_at(t: _Turn) -> _Cut | None:
+    """Where trimming the newest turn's content first changes it: its start when it begins
+    with whitespace, else the end of its text when it ends with whitespace (None: neither)."""
+    content, region = t.parsed.content or "", t.parsed.region(RegionKind.CONTENT)
+    if region is None or content == content.strip():
+        return None
+    start = t.p_char + region.start
+    return _Cut(start if content[:1].isspace() else start + len(content.rstrip()))
 
 
 def _turn_matches(rewrite: HistoryRewrite, tool_calls: bool) -> bool:

@@ -77,6 +77,7 @@ RewritePart = Literal[
     "tool_list",  # the tool list, which moves to the latest user message
     "stop_token",  # the turn's trailing stop token
     "system_prompt",  # the system prompt (a date or a default prompt)
+    "content_whitespace",  # whitespace around the turn's content, which the template trims
 ]
 
 
@@ -100,6 +101,7 @@ class HistoryRewrite(_Spec):
         "drop_reasoning_before_last_user",
         "drop_all_reasoning",
         "drop_tool_call_content",
+        "trim_content",
         "empty_think_block",
         "reserialize_tool_arguments",
         "default_system_prompt",

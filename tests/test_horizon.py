@@ -112,6 +112,9 @@ HOLDING = [
     ("gpt_oss", {}),
     ("mistral", {}),
     ("nemotron_nano_v2", {}),
+    ("minimax_m1", {}),
+    ("lfm2", {}),
+    ("lfm2", {"preserve_thinking": True}),
 ]
 
 

@@ -266,3 +266,18 @@ def test_lfm2_keeps_reasoning_in_the_tool_loop_and_drops_it_at_the_next_user_mes
     assert "<think>Easy.</think>Sunny." in _reference("lfm2", nxt, None, False, preserve_thinking=True)
     assert kept.round_trips
     assert _horizon_kinds("lfm2", USER, answer, tools=None, preserve_thinking=True) == []
+
+
+def test_minimax_m1_trims_an_answer_and_the_horizon_stops_before_the_trimmed_whitespace() -> None:
+    nxt = [*USER, {"role": "assistant", "content": "Sunny.  "}, {"role": "user", "content": "Thanks."}]
+    r = _verify("minimax_m1", USER, "Sunny.  <end_of_sentence>", nxt, tools=None)
+    assert "Sunny.<end_of_sentence>" in _reference("minimax_m1", nxt, None, False)
+    assert not r.round_trips and r.cause is Cause.WHITESPACE
+    fam = family("minimax_m1")
+    prompt = fam.render(USER, now=FIXED_NOW)
+    ids = fam.tokenizer.encode_ids("Sunny.  <end_of_sentence>")
+    parsed = boundary.outputs.parse_output(fam, ids, prompt)
+    horizon = stability_horizon(fam, prompt, ids, parsed, USER)
+    assert horizon.limit is not None and horizon.limit.rewrite == "trim_content"
+    assert horizon.position <= r.reusable_length
+    assert "trim_content" not in _horizon_kinds("minimax_m1", USER, "Sunny.<end_of_sentence>", tools=None)
