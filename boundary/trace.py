@@ -26,6 +26,12 @@ production record without ``output`` ends at its prompt. In a production record 
 (when given) must equal the prompt length, ``u_end`` lie in ``[0, p_end]`` and ``d_end`` (the
 committed end, trailing stop tokens excluded, as the engine computed it) in ``[p_end, p_end +
 len(output)]``; without ``d_end`` the readers take the output minus a trailing stop token.
+A production record whose session no client named carries ``"session_from": "request_id"``
+(its session is the request's id): the reader groups such records into sessions by
+prefix-chaining of their prompt ids (``boundary.trace_chain``). A trace may start with a header
+line, ``{"recording": {...}}`` (``boundary.trace_header``): what the records hold and the
+geometry of the engine that recorded them; ``read_recording`` returns it, ``read_trace`` skips
+it, and it is refused on any other line.
 ``arrival_s`` (optional, either kind) is when the request arrived, in seconds on one clock (the
 vLLM recorder writes Unix time), checked by ``boundary.trace_times``. ``served_by`` is the
 checkpoint kind that served the request's hit (``prompt_end``, ``input_end``, ``decode_end``,
@@ -85,6 +91,8 @@ from pydantic import (
 from boundary.errors import InputWarning, RequestError
 from boundary.request.limits import check_message_limits
 from boundary.request.validation import parse_messages, parse_tools
+from boundary.trace_chain import chained_sessions
+from boundary.trace_header import HEADER_KEY, RecordingHeader
 from boundary.trace_times import check_arrivals
 
 TokenId = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
@@ -160,7 +168,7 @@ UNKNOWN_HIT = "unknown"
 """``served_by`` of a request whose hit the server did not report (no ``hit_tokens``)."""
 
 
-_PRODUCTION_ONLY = ("u_end", "p_end", "d_end", "served_by", "hit_tokens", "policy")
+_PRODUCTION_ONLY = ("u_end", "p_end", "d_end", "served_by", "hit_tokens", "policy", "session_from")
 
 
 class TraceRequest(_Model):
@@ -179,6 +187,7 @@ class TraceRequest(_Model):
     hit_tokens: int | None = Field(None, ge=0)
     policy: str | None = Field(None, min_length=1)
     arrival_s: float | None = Field(None, ge=0, allow_inf_nan=False, strict=True)
+    session_from: Literal["request_id"] | None = None  # the session is the request's id: chained by prefix
     _where: str | None = PrivateAttr(None)  # ``path:line (session ...)`` when read from a file
 
     def __eq__(self, other: object) -> bool:
@@ -237,9 +246,10 @@ def production_record(
     hit_tokens: int | None = None,
     policy: str | None = None,
     arrival_s: float | None = None,
+    session_from: str | None = None,
 ) -> TraceRequest:
     """One finished request as a production record (validated as the reader validates it);
-    ``p_end`` is the prompt length."""
+    ``p_end`` is the prompt length; ``session_from="request_id"``: no client named the session."""
     return TraceRequest.model_validate(
         {
             "session": session,
@@ -252,6 +262,7 @@ def production_record(
             "hit_tokens": hit_tokens,
             "policy": policy,
             "arrival_s": arrival_s,
+            "session_from": session_from,
         }
     )
 
@@ -296,6 +307,8 @@ def parse_line(line: str, where: str) -> TraceRequest:
         raise RequestError("not readable: JSON nested too deeply", location=where) from None
     if not isinstance(data, dict):
         raise RequestError(f"expected a JSON object, got {type(data).__name__}", location=where)
+    if HEADER_KEY in data:
+        raise RequestError("a recording header belongs on the trace's first line only", location=where)
     if isinstance(data.get("session"), str) and data["session"]:
         where = f"{where} (session {data['session']!r})"
     try:
@@ -387,19 +400,70 @@ def _cut_off(raw: bytes) -> bool:
     return False
 
 
+class _HeaderLine(_Model):
+    """A header line: the one key ``recording``."""
+
+    recording: RecordingHeader
+
+
+def parse_header(line: str, where: str) -> RecordingHeader | None:
+    """The recording header on ``line`` (None: the line is no header); ``RequestError`` naming
+    the field of a malformed one."""
+    try:
+        data = json.loads(line)
+    except (json.JSONDecodeError, RecursionError):
+        return None  # parse_line names the problem
+    if not isinstance(data, dict) or HEADER_KEY not in data:
+        return None
+    try:
+        return _HeaderLine.model_validate(data).recording
+    except ValidationError as exc:
+        raise _error(where, exc) from None
+
+
+def read_header(path: str | Path) -> RecordingHeader | None:
+    """The header on a trace file's first line (None: none; stdin is never read here, so a
+    header arriving on stdin is only skipped by ``read_trace``)."""
+    if str(path) == STDIN:
+        return None
+    with open_trace(path) as file:
+        for where, raw in _lines(file, str(path)):
+            try:
+                return parse_header(_decoded(raw, where), where)
+            except RequestError:
+                if _cut_off(raw):
+                    return None
+                raise
+    return None
+
+
 def read_trace(path: str | Path) -> list[TraceRequest]:
-    """All requests of a JSONL trace (``-``: stdin), read line by line, blank lines skipped;
-    lines end at ``\n`` (and ``\r\n``) only, so a JSON string may hold U+2028 and the like.
-    A cut-off last line is skipped with an ``InputWarning``; see the module docstring for what
-    is refused."""
+    """All requests of a JSONL trace (``-``: stdin), its header skipped (``read_recording``)."""
+    return read_recording(path)[1]
+
+
+def read_recording(path: str | Path) -> tuple[RecordingHeader | None, list[TraceRequest]]:
+    """The header and all requests of a JSONL trace (``-``: stdin), read line by line, blank
+    lines skipped; lines end at ``\n`` (and ``\r\n``) only, so a JSON string may hold U+2028
+    and the like. Unnamed production records take the session their prompt chains to
+    (``boundary.trace_chain``). A cut-off last line is skipped with an ``InputWarning``; see the
+    module docstring for what is refused."""
     name = "<stdin>" if str(path) == STDIN else str(path)
     requests = []
+    header: RecordingHeader | None = None
+    first = True
     with open_trace(path) as file:
         for where, raw in _lines(file, name):
             try:
                 line = _decoded(raw, where)
-                if line.strip():
-                    requests.append(parse_line(line, where))
+                if not line.strip():
+                    continue
+                if first:
+                    first = False
+                    header = parse_header(line, where)
+                    if header is not None:
+                        continue
+                requests.append(parse_line(line, where))
             except RequestError:
                 if not _cut_off(raw):
                     raise
@@ -410,8 +474,22 @@ def read_trace(path: str | Path) -> list[TraceRequest]:
                 )
     if not requests:
         raise RequestError("the trace has no requests", location=name)
+    requests = _chained(requests)
     check_arrivals(requests)
-    return requests
+    return header, requests
+
+
+def _chained(requests: list[TraceRequest]) -> list[TraceRequest]:
+    """``requests`` with each unnamed production record in the session it chains to."""
+    names = chained_sessions(requests)
+    out = []
+    for request, name in zip(requests, names, strict=True):
+        if name != request.session:
+            where = request.where
+            request = request.model_copy(update={"session": name})
+            request._where = where
+        out.append(request)
+    return out
 
 
 def write_trace(path: str | Path, requests: Iterable[TraceRequest]) -> None:
@@ -424,8 +502,10 @@ class TraceWriter:
     """Appends records to a JSONL trace, at most ``max_records`` of them and, with
     ``max_bytes``, at most that many bytes (later ones are counted in ``dropped``, not
     written); lines are buffered and flushed every ``flush_every`` records, on ``flush`` and on
-    ``close``. Not thread-safe: a recorder that writes from another thread hands records to one
-    writer through a queue. Usable as a context manager."""
+    ``close``. With ``header``, an empty file starts with it (its bytes count), and a file that
+    already holds records is appended to only under an equal header (``ValueError`` otherwise:
+    one file, one engine). Not thread-safe: a recorder that writes from another thread hands
+    records to one writer through a queue. Usable as a context manager."""
 
     def __init__(
         self,
@@ -434,6 +514,7 @@ class TraceWriter:
         max_records: int = 100_000,
         flush_every: int = 64,
         max_bytes: int | None = None,
+        header: RecordingHeader | None = None,
     ) -> None:
         self.path = Path(path)
         self.max_records = max_records
@@ -442,7 +523,18 @@ class TraceWriter:
         self.written = 0
         self.bytes = 0
         self.dropped = 0
+        if header is not None and self.path.is_file() and self.path.stat().st_size:
+            found = read_header(self.path)
+            if found != header:
+                said = "no header" if found is None else f"the header of another engine ({found.line()})"
+                raise ValueError(f"{self.path}: holds a recording with {said}; record to a new file")
+            header = None  # already there
         self._file = self.path.open("a", encoding="utf-8")
+        if header is not None:
+            line = header.line() + "\n"
+            self._file.write(line)
+            self._file.flush()
+            self.bytes += len(line.encode("utf-8"))
 
     def write(self, record: TraceRequest) -> bool:
         """Append ``record``; False when a bound is reached and it was dropped."""

@@ -3,6 +3,12 @@
     boundary experiment --workload W [--family NAME] [--model PRESET] ...
     boundary experiment --workload W --model DIR ...     (templates, tokenizer and geometry from DIR)
     boundary experiment --workload W --template FILE --tokenizer PATH --model PRESET ...
+    boundary experiment --workload recorded.jsonl ...     (a recording: at its engine's geometry)
+
+A recording whose first line is a header (``boundary.trace_header``, written by the vLLM
+recorder) replays at the engine's geometry: its block, ``prefix_match_unit`` (the default unit),
+page layout and pool (the default capacity); ``--unit`` and ``--capacity-gib`` still override.
+``--block`` gives the block for a trace without one (the model's page bytes at that block).
 
 Where it sits: the report end's command line: ``boundary.cli.main`` dispatches ``boundary
 experiment`` here; it calls ``boundary.experiment`` (harness, report) and nothing calls it.
@@ -30,12 +36,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from boundary.cache.accounting import ModelDescription
-    from boundary.experiment.harness import ExperimentConfig, ExperimentResult
+    from boundary.experiment.harness import ExperimentConfig, ExperimentResult, GivenGeometry
     from boundary.experiment.replay import BudgetMode
     from boundary.experiment.workloads import WorkloadOptions
+    from boundary.trace_header import RecordingHeader
 
 DEFAULT_FAMILY = "qwen3_5"
 BUDGETS = "equal_capacity,equal_checkpoint_budget"
+DEFAULT_CAPACITY_GIB = 32.0
 POLICIES = ",".join((*(v.value for v in Variant), "oracle"))  # every engine policy, then the oracle
 
 
@@ -134,7 +142,17 @@ def _add_cache_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="prefix_match_unit (repeatable: a sweep; default: the model's block size)",
     )
-    p.add_argument("--capacity-gib", type=float, default=32.0, help="cache memory (default 32)")
+    p.add_argument(
+        "--capacity-gib",
+        type=float,
+        help=f"cache memory (default: a recording header's pool, else {DEFAULT_CAPACITY_GIB:g})",
+    )
+    p.add_argument(
+        "--block",
+        type=int,
+        help="the align-mode block size, for a trace without a recording header (default: the model's; "
+        "a recording's header gives its engine's)",
+    )
     p.add_argument(
         "--checkpoint-budget-gib",
         type=float,
@@ -224,7 +242,8 @@ def command_line(args: argparse.Namespace) -> str:
         ("--system-prompt", args.system_prompt if args.system_prompt != "shared" else None),
         ("--sessions", args.sessions),
         ("--model", None if source.model_dir is not None else args.model),
-        ("--capacity-gib", args.capacity_gib if args.capacity_gib != 32.0 else None),
+        ("--capacity-gib", args.capacity_gib),
+        ("--block", args.block),
         ("--checkpoint-budget-gib", args.checkpoint_budget_gib),
         ("--decode-states", args.decode_states if args.decode_states != "block" else None),
         ("--concurrency", args.concurrency if args.concurrency != 16.0 else None),
@@ -280,7 +299,8 @@ def validate(args: argparse.Namespace) -> None:
 
     positive = [
         ("--unit", args.unit or ()),
-        ("--capacity-gib", [args.capacity_gib]),
+        ("--capacity-gib", [] if args.capacity_gib is None else [args.capacity_gib]),
+        ("--block", [] if args.block is None else [args.block]),
         ("--concurrency", [args.concurrency]),
         ("--load-concurrency", args.load_concurrency or ()),
         ("--load-capacity-gib", args.load_capacity_gib or ()),
@@ -297,11 +317,15 @@ def validate(args: argparse.Namespace) -> None:
         for value in values:
             if not value > 0:  # also refuses NaN
                 raise ValueError(f"{flag}: must be positive, got {value:g}")
-    if args.checkpoint_budget_gib is not None and args.checkpoint_budget_gib >= args.capacity_gib:
+    capacity = DEFAULT_CAPACITY_GIB if args.capacity_gib is None else args.capacity_gib
+    if args.checkpoint_budget_gib is not None and args.checkpoint_budget_gib >= capacity:
         raise ValueError(
             f"--checkpoint-budget-gib: {args.checkpoint_budget_gib:g} must be below --capacity-gib "
-            f"{args.capacity_gib:g}"
+            f"{capacity:g}"
         )
+    for unit in args.unit or ():
+        if args.block is not None and args.block % unit:
+            raise ValueError(f"--unit: {unit} does not divide --block {args.block}")
     policies = _csv(args.policies)
     unknown = [p for p in policies if p not in ALL_NAMES]
     if unknown or not policies:
@@ -328,7 +352,7 @@ def run(args: argparse.Namespace) -> int:
     from boundary.experiment.cost import PrefillCostModel
     from boundary.experiment.harness import run_experiment
     from boundary.experiment.workloads import SHIPPED, build_stream
-    from boundary.trace import STDIN
+    from boundary.trace import STDIN, read_header
 
     validate(args)
     err = Console(stderr=True, highlight=False)
@@ -338,8 +362,10 @@ def run(args: argparse.Namespace) -> int:
         )
     source = _family_source(args)
     model = _geometry(source, args.model)
+    header = None if args.workload in SHIPPED else read_header(args.workload)
+    given = _given_geometry(args, model, header)
     family = None if source.name is not None else source.load(args.variant)
-    options, config = _settings(args, source)
+    options, config = _settings(args, source, header)
     with err.status("preparing the stream") as status:
         stream = build_stream(
             args.workload,
@@ -352,7 +378,9 @@ def run(args: argparse.Namespace) -> int:
         err.print(
             f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {source.label})"
         )
-        result = run_experiment(stream, model, config, progress=lambda msg: status.update(msg))
+        result = run_experiment(
+            stream, model, config, progress=lambda msg: status.update(msg), geometry=given
+        )
     _write(args, result, stream.name, err)
     _summary(err, result)
     return 0
@@ -371,7 +399,42 @@ def _geometry(source: FamilySource, model: str | None) -> ModelDescription:
     return preset_for_family(source.label, model)
 
 
-def _settings(args: argparse.Namespace, source: FamilySource) -> tuple[WorkloadOptions, ExperimentConfig]:
+def _given_geometry(
+    args: argparse.Namespace, model: ModelDescription, header: RecordingHeader | None
+) -> GivenGeometry | None:
+    """The layout to replay at in place of the model's: a recording header's (``--block``
+    refused beside it), or the model's at ``--block``; None: the model's own."""
+    from boundary.cache.accounting import CacheGeometry, align_mode_geometry
+    from boundary.experiment.harness import GivenGeometry
+
+    if header is not None:
+        g = header.geometry
+        if args.block is not None and args.block != g.block_size:
+            raise ValueError(
+                f"--block: the recording's header gives its engine's block, {g.block_size}; --block is for a "
+                "trace without a header"
+            )
+        layout = CacheGeometry(
+            g.block_size,
+            g.prefix_match_unit,
+            g.page_bytes,
+            g.group_size,
+            g.attention_groups,
+            g.recurrent_groups,
+        )
+        return GivenGeometry(layout, f"the recording's header ({header.engine})")
+    if args.block is None:
+        return None
+    try:
+        layout = align_mode_geometry(model, block_size=args.block)
+    except ValueError as exc:
+        raise ValueError(f"--block: {exc} (give --model with the served model's directory)") from None
+    return GivenGeometry(layout, f"--block {args.block} with {model.name}'s page bytes")
+
+
+def _settings(
+    args: argparse.Namespace, source: FamilySource, header: RecordingHeader | None = None
+) -> tuple[WorkloadOptions, ExperimentConfig]:
     from boundary.experiment.harness import ExperimentConfig
     from boundary.experiment.workloads import WorkloadOptions
 
@@ -397,7 +460,7 @@ def _settings(args: argparse.Namespace, source: FamilySource) -> tuple[WorkloadO
         policies=tuple(_csv(args.policies)),
         budgets=tuple(_budget(b) for b in _csv(args.budget)),
         units=tuple(args.unit) if args.unit else (None,),
-        capacity_gib=args.capacity_gib,
+        capacity_gib=_capacity_gib(args, header),
         checkpoint_budget_gib=args.checkpoint_budget_gib,
         junction_at_unit=args.junction_at_unit,
         output_at_unit=args.decode_states == "unit",
@@ -409,6 +472,17 @@ def _settings(args: argparse.Namespace, source: FamilySource) -> tuple[WorkloadO
         eviction=args.eviction,
     )
     return options, config
+
+
+def _capacity_gib(args: argparse.Namespace, header: RecordingHeader | None) -> float:
+    """``--capacity-gib``, else a recording header's pool, else the default."""
+    from boundary.experiment.harness import GIB
+
+    if args.capacity_gib is not None:
+        return float(args.capacity_gib)
+    if header is not None:
+        return header.geometry.capacity_bytes / GIB
+    return DEFAULT_CAPACITY_GIB
 
 
 def _write(args: argparse.Namespace, result: ExperimentResult, name: str, err: Any) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -116,6 +116,7 @@ class ExperimentResult(BaseModel):
     config: dict[str, Any]
     units: list[UnitResult]
     unit1_oracle: dict[str, int] = Field(default_factory=dict)
+    geometry: dict[str, Any] = Field(default_factory=dict)  # where the layout came from, when given
 
     def run(self, policy: str, budget: str, unit: int | None = None) -> dict[str, Any]:
         block = self.units[0] if unit is None else next(u for u in self.units if u.unit == unit)
@@ -172,8 +173,11 @@ def run_experiment(
     progress: Progress | None = None,
     *,
     keep_runs: dict[tuple[int, str, str], Run] | None = None,
+    geometry: GivenGeometry | None = None,
 ) -> ExperimentResult:
-    """``keep_runs``, when given, receives every ``Run`` by ``(unit, budget, policy)`` (plots)."""
+    """``keep_runs``, when given, receives every ``Run`` by ``(unit, budget, policy)`` (plots).
+    ``geometry``: the layout to replay at (a recording's, or a given block) in place of the
+    model's; a None unit is its unit. ``model`` then gives the prefill cost only."""
     say = progress or (lambda _msg: None)
     for i, r in enumerate(stream.requests):
         if r.rid != i:
@@ -187,7 +191,7 @@ def run_experiment(
     units = [
         run_unit(
             stream,
-            geometry_for_unit(model, unit or minimum_block_size(model)),
+            _layout(model, unit, geometry),
             config,
             cost,
             names,
@@ -198,7 +202,9 @@ def run_experiment(
     ]
     finest = _add_unit1_shares(stream, units)
     if config.load_concurrency and config.load_capacity_gib:
-        units[0].load_sweep = _load_sweep(stream, model, config, cost, names, say)
+        units[0].load_sweep = _load_sweep(
+            stream, _layout(model, config.units[0], geometry), config, cost, names, say
+        )
     return ExperimentResult(
         stream={
             **stream.provenance,
@@ -217,7 +223,39 @@ def run_experiment(
         config=config.model_dump(mode="json"),
         units=units,
         unit1_oracle=finest,
+        geometry={} if geometry is None else geometry.describe(),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class GivenGeometry:
+    """A layout given to the experiment in place of the model's: ``layout`` (its unit is the
+    default unit) and where it came from (``source``: a recording's header, or ``--block``)."""
+
+    layout: CacheGeometry
+    source: str
+
+    def describe(self) -> dict[str, Any]:
+        g = self.layout
+        return {
+            "source": self.source,
+            "block_size": g.block_size,
+            "unit": g.unit,
+            "page_bytes": g.page_bytes,
+            "group_size": g.group_size,
+            "attention_groups": g.attention_groups,
+            "recurrent_groups": g.recurrent_groups,
+        }
+
+
+def _layout(model: ModelDescription, unit: int | None, given: GivenGeometry | None) -> CacheGeometry:
+    """The layout at ``unit``: the given one's (``ValueError`` when the unit does not divide its
+    block), else the model's (``geometry_for_unit``)."""
+    if given is None:
+        return geometry_for_unit(model, unit or minimum_block_size(model))
+    if unit is None:
+        return given.layout
+    return replace(given.layout, unit=unit)
 
 
 LOAD_OPTIONS = {
@@ -233,7 +271,7 @@ LOAD_OPTIONS = {
 
 def _load_sweep(
     stream: Stream,
-    model: ModelDescription,
+    layout: CacheGeometry,
     config: ExperimentConfig,
     cost: PrefillCostModel,
     names: list[str],
@@ -242,7 +280,7 @@ def _load_sweep(
     """The closed-loop load sweep at the first unit (``sweep.load_sweep``)."""
     return load_sweep(
         stream,
-        geometry_for_unit(model, config.units[0] or minimum_block_size(model)),
+        layout,
         cost,
         names,
         concurrency=config.load_concurrency,

@@ -160,3 +160,27 @@ def test_cached_tokens_that_are_not_a_count_are_refused_not_recorded():
     }
     with pytest.raises(ValueError, match=r"cached_tokens: expected a non-negative int, got '12'"):
         finished_from_reply(req, bad)
+
+
+def test_replies_recorded_without_a_session_are_grouped_by_their_prompts(tmp_path):
+    from boundary_vllm.client import finished_from_reply
+    from boundary_vllm.recording import TraceRecorder
+
+    from boundary.trace import read_trace
+
+    conversation = tau_bench_airline()[11]
+    users = [k for k, m in enumerate(conversation) if m["role"] == "user"]
+    fam = family("qwen3_5")
+    recorder = TraceRecorder(tmp_path / "frontend.jsonl")
+    for n, end in enumerate(users[1:4]):  # three requests of one conversation, no session named
+        req = chat_request(fam, conversation[: end + 1], model=MODEL, record=True)
+        reply = {
+            "id": f"chatcmpl-{n}",
+            "choices": [{"message": {"role": "assistant", "content": "ok"}, "token_ids": [9]}],
+            "usage": {"prompt_tokens_details": {"cached_tokens": 0}},
+        }
+        recorder.submit(finished_from_reply(req, reply))
+    recorder.close()
+    records = read_trace(tmp_path / "frontend.jsonl")
+    assert [r.session_from for r in records] == ["request_id"] * 3
+    assert [r.session for r in records] == ["chatcmpl-0"] * 3  # one session, chained by prefix

@@ -29,7 +29,9 @@ def header(result: ExperimentResult) -> list[str]:
     )
     states_at = "unit" if cfg.get("output_at_unit") else "block"
     stream = (
-        f"- Stream: {s['requests']:,} requests in {s['sessions']:,} sessions ({s['workload']}), "
+        production_stream(s)
+        if s.get("records") == "production"
+        else f"- Stream: {s['requests']:,} requests in {s['sessions']:,} sessions ({s['workload']}), "
         f"{tokens(s['prompt_tokens'])} prompt tokens, {tokens(s['output_tokens'])} output tokens; "
         f"family `{s.get('family')}`, template `{s.get('template')}`, "
         f"kwargs `{s.get('template_kwargs') or {}}`; "
@@ -37,11 +39,13 @@ def header(result: ExperimentResult) -> list[str]:
         f"outputs from {s.get('output_source')}; synthesised: {synthesised}; "
         f"concurrency {s.get('concurrency')}, seed {s.get('seed')}."
     )
+    geometry = result.geometry
     model = (
         f"- Model: {m['name']} ({m['attention_layers']} attention + {m['recurrent_layers']} "
         f"{m['recurrent_kind']} layers; {m['kv_bytes_per_token']:,} KV bytes/token; one recurrent state "
-        f"{gib(m['recurrent_state_bytes'])} unpadded; from {m.get('source') or 'a preset'}). "
-        f"Capacity {cfg['capacity_gib']} GiB; equal checkpoint "
+        f"{gib(m['recurrent_state_bytes'])} unpadded; from {m.get('source') or 'a preset'})"
+        f"{layout_note(geometry)}. "
+        f"Capacity {cfg['capacity_gib']:g} GiB; equal checkpoint "
         f"budget B = {budgets} ({BUDGET_RULE}); output-side states at {states_at} boundaries; at most "
         f"{cfg['max_chunk_tokens']:,} tokens per prefill chunk."
     )
@@ -51,6 +55,29 @@ def header(result: ExperimentResult) -> list[str]:
         f"({c['peak_flops'] / 1e12:.0f} TFLOP/s x {c['utilization']}), an estimate, not a measurement."
     )
     return [stream, model, cost, *families(c), scope(result), *assumptions(s, c, cfg), ""]
+
+
+def production_stream(s: dict[str, Any]) -> str:
+    """The stream line of a trace of production records: replayed as recorded, nothing rendered."""
+    return (
+        f"- Stream: {s['requests']:,} requests in {s['sessions']:,} sessions ({s['workload']}): production "
+        f"records replayed as recorded: the prompt and output token ids, U_end and D_end the engine "
+        f"recorded; nothing rendered or parsed (family `{s.get('family')}` gives the stop tokens only); "
+        f"{tokens(s['prompt_tokens'])} prompt tokens, {tokens(s['output_tokens'])} output tokens; "
+        f"concurrency {s.get('concurrency')}, seed {s.get('seed')}."
+    )
+
+
+def layout_note(geometry: dict[str, Any]) -> str:
+    """Where the cache layout came from when it is not the model's (``ExperimentResult.geometry``)."""
+    if not geometry:
+        return ""
+    return (
+        f"; cache layout from {geometry['source']}: block {geometry['block_size']:,}, "
+        f"unit {geometry['unit']:,}, pages of {geometry['page_bytes']:,} bytes x {geometry['group_size']} "
+        f"layer(s), {geometry['attention_groups']} attention and {geometry['recurrent_groups']} recurrent "
+        "group(s); the model gives the prefill cost only"
+    )
 
 
 def families(c: dict[str, Any]) -> list[str]:

@@ -140,6 +140,7 @@ def rendered_sessions(
         say(f"rendering {len(lines)} trace requests with {fam.name}")
         sessions = render_trace(fam, lines, render, formatter)
         stream.requests = [r for session in sessions.values() for r in session]
+        provenance.update(_records_held(lines))  # saved with the stream; the key is the file's digest
     else:
         skipped = 0
         for k, script in enumerate(scripts):
@@ -253,6 +254,19 @@ def build_stream(
         "arrivals": timing,
     }
     return Stream(rendered.name, provenance, requests)
+
+
+def _records_held(lines: list[TraceRequest]) -> dict[str, Any]:
+    """What a trace's lines hold, for the report: ``records`` (``production``, ``chat`` or
+    ``production and chat``); for production records only, the output source says nothing
+    was rendered."""
+    production = sum(line.is_production for line in lines)
+    if production == len(lines):
+        return {
+            "records": "production",
+            "output_source": "the recorded token ids (production records: nothing rendered)",
+        }
+    return {"records": "chat" if production == 0 else "production and chat"}
 
 
 def _trace_key(workload: str) -> tuple[str, list[TraceRequest] | None]:

@@ -173,6 +173,7 @@ def finished_from_reply(
         served=served,
         policy=None,
         arrival_s=arrival_s,
+        session_named=request.session is not None,
     )
 
 

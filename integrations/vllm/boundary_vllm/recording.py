@@ -7,9 +7,11 @@ Where it sits: the engine end feeding the report end: ``scheduler`` (engine side
 audit`` and ``boundary experiment`` read.
 
 A record holds the session id (``chat_request(..., session=...)`` puts it in ``vllm_xargs``;
-without one, the request id), the prompt ids as the engine ran them, the committed output ids,
-U_end / P_end / D_end, the arrival time (``arrival_s``: the engine's ``Request.arrival_time``,
-Unix seconds, or the time the frontend sent the request), the joint hit at admission
+without one, the request id, marked ``"session_from": "request_id"`` so that readers group such
+records by prefix-chaining of their prompts, ``boundary.trace_chain``), the prompt ids as the
+engine ran them, the committed output ids, U_end / P_end / D_end, the arrival time
+(``arrival_s``: the engine's ``Request.arrival_time``, Unix seconds, or the time the frontend sent
+the request), the joint hit at admission
 (``hit_tokens``), the checkpoint kind that served it (``served_by``: null for a miss,
 ``untracked`` for a state of unknown origin, ``unattributed`` in a frontend's record,
 ``unknown`` with no ``hit_tokens`` where the server did not report its cached tokens) and the
@@ -17,6 +19,10 @@ policy. ``RecorderStats.unknown_hits`` counts the records written with an unknow
 Records are written as requests finish, so a session whose requests overlap in time can be
 written out of arrival order, which the reader refuses. ``boundary.trace.production_record``
 builds it and ``boundary.trace.TraceWriter`` writes it.
+
+With a ``header`` (``boundary.trace_header.RecordingHeader``: the engine's geometry and what the
+records hold, ``boundary_vllm.recorded_engine.recording_header`` reads it from the engine's
+config) the file starts with it, and ``boundary experiment`` replays at that geometry.
 
 Opt-in and bounded: on only with a path (``additional_config["boundary"]["record_path"]`` or
 the ``BOUNDARY_RECORD_PATH`` environment variable); at most ``max_records`` lines and
@@ -45,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from boundary.trace import MAX_TRACE_BYTES, UNKNOWN_HIT, TraceRequest, TraceWriter, production_record
+from boundary.trace_chain import REQUEST_ID
+from boundary.trace_header import RecordingHeader
 
 RECORD_ENV = "BOUNDARY_RECORD_PATH"
 MISS = "miss"  # no hit: recorded as ``served_by: null``
@@ -66,7 +74,8 @@ class FinishedRequest:
     ``d_end``: the committed end (trailing stop tokens excluded); ``served``: the kind that
     served the hit, ``miss``, ``untracked``, ``unattributed`` or ``unknown`` (then
     ``hit_tokens`` is None, and only then); ``arrival_s``: when the request arrived (Unix
-    seconds; None: not known)."""
+    seconds; None: not known); ``session_named``: a client named ``session`` (else it is the
+    request's id)."""
 
     session: str
     prompt_token_ids: Sequence[int]
@@ -77,6 +86,7 @@ class FinishedRequest:
     served: str
     policy: str | None
     arrival_s: float | None = None
+    session_named: bool = True
 
 
 Submitted = FinishedRequest | Callable[[], FinishedRequest]  # what ``TraceRecorder.submit`` takes
@@ -94,6 +104,7 @@ def trace_record(finished: FinishedRequest) -> TraceRequest:
         hit_tokens=finished.hit_tokens,
         policy=finished.policy,
         arrival_s=finished.arrival_s,
+        session_from=None if finished.session_named else REQUEST_ID,
     )
 
 
@@ -125,6 +136,7 @@ class TraceRecorder:
     path: Path
     limits: RecordLimits = field(default_factory=RecordLimits)
     stats: RecorderStats = field(default_factory=RecorderStats)
+    header: RecordingHeader | None = None  # the file's first line (see ``TraceWriter``)
     _backlog: deque[Submitted] = field(init=False, default_factory=deque)
     _submitted: int = 0  # submitting thread
     _done: int = 0  # writer thread: accepted records handled (written, dropped or invalid)
@@ -141,6 +153,7 @@ class TraceRecorder:
             max_records=self.limits.max_records,
             max_bytes=self.limits.max_bytes,
             flush_every=self.limits.queue_size,
+            header=self.header,
         )
         self._thread = threading.Thread(
             target=self._write_loop, args=(writer,), name="boundary-trace-recorder", daemon=True
@@ -225,10 +238,18 @@ class TraceRecorder:
 
 
 def recorder_from(
-    path: str | None, *, max_records: int, max_bytes: int, environ: Mapping[str, str] = os.environ
+    path: str | None,
+    *,
+    max_records: int,
+    max_bytes: int,
+    environ: Mapping[str, str] = os.environ,
+    header: RecordingHeader | None = None,
 ) -> TraceRecorder | None:
-    """The recorder a setting or ``BOUNDARY_RECORD_PATH`` asks for (None: recording off)."""
+    """The recorder a setting or ``BOUNDARY_RECORD_PATH`` asks for (None: recording off);
+    ``header``: the engine's, written first (``recorded_engine.recording_header``)."""
     chosen = path or environ.get(RECORD_ENV)
     if not chosen:
         return None
-    return TraceRecorder(Path(chosen), RecordLimits(max_records=max_records, max_bytes=max_bytes))
+    return TraceRecorder(
+        Path(chosen), RecordLimits(max_records=max_records, max_bytes=max_bytes), header=header
+    )
