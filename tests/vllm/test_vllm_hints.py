@@ -43,6 +43,16 @@ def test_malformed_positions_are_rejected_never_raised():
 def test_a_requested_policy_is_accepted_only_among_the_allowed_names():
     extra = encode_hints(1324, 1329, policy="input_end")
     assert decode_hints(extra, 1329, policies=["input_end", "both"]).policy == "input_end"
-    refused = decode_hints(extra, 1329)
+    refused = decode_hints(extra, 1329, policies=["both"])
     assert refused.status is HintStatus.REJECTED
-    assert refused.reason.startswith(f"vllm_xargs.{POLICY_KEY}: 'input_end' is not one of")
+    assert refused.reason == f"vllm_xargs.{POLICY_KEY}: 'input_end' is not one of ['both']"
+
+
+def test_a_requested_policy_an_engine_does_not_allow_is_ignored_not_the_boundaries():
+    extra = encode_hints(1324, 1329, policy="horizon", horizon=1324)
+    hints = decode_hints(extra, 1329)  # per-request policies off
+    assert hints.status is HintStatus.ACCEPTED and hints.policy is None
+    assert (hints.input_end, hints.horizon) == (1324, 1324)
+    assert hints.reason == (
+        f"vllm_xargs.{POLICY_KEY}: 'horizon' ignored: this engine's policy applies (request_policy is off)"
+    )

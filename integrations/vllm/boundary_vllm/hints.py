@@ -34,9 +34,11 @@ class HintStatus(StrEnum):
 @dataclass(frozen=True, slots=True)
 class CheckpointHints:
     """What one request asked for. ``input_end`` is set only when ``status`` is ACCEPTED;
-    ``policy`` is a policy name the request asked for, if any; ``round_trip`` and ``horizon``
-    are the inputs of ``chat_aware`` and ``horizon`` (None: not sent); ``reason_key``: the
-    rejection's kind without its values (what the engine logs once)."""
+    ``policy`` is a policy name the request asked for and the engine allows, if any;
+    ``round_trip`` and ``horizon`` are the inputs of ``chat_aware`` and ``horizon`` (None: not
+    sent); ``reason``: why hints were rejected, or, for accepted ones, what was ignored (a
+    per-request policy the engine does not allow); ``reason_key``: its kind without its values
+    (what the engine logs once)."""
 
     status: HintStatus
     input_end: int | None = None
@@ -72,10 +74,17 @@ def decode_hints(
     extra_args: Mapping[str, Any] | None, num_prompt_tokens: int, *, policies: Collection[str] = ()
 ) -> CheckpointHints:
     """Read the hints back on the engine side; malformed hints are rejected, never raised.
-    ``policies`` are the names a request may ask for."""
+    ``policies`` are the names a request may ask for: none (per-request policies off) ignores
+    a requested policy, with the boundaries still accepted (noted in ``reason``); a name
+    outside non-empty ``policies`` is rejected."""
     if not extra_args or INPUT_END_KEY not in extra_args:
         return CheckpointHints(HintStatus.ABSENT)
     policy = extra_args.get(POLICY_KEY)
+    ignored: str | None = None
+    if policy is not None and not policies:
+        off = "this engine's policy applies (request_policy is off)"
+        ignored = f"vllm_xargs.{POLICY_KEY}: {policy!r} ignored: {off}"
+        policy = None
     if policy is not None and policy not in policies:
         return _rejected(POLICY_KEY, f"{policy!r} is not one of {sorted(policies)}", "not allowed")
     input_end = extra_args[INPUT_END_KEY]
@@ -108,6 +117,8 @@ def decode_hints(
         policy=policy,
         round_trip=None if round_trip is None else float(round_trip),
         horizon=horizon,
+        reason=ignored,
+        reason_key=None if ignored is None else f"{POLICY_KEY}: ignored",
     )
 
 
