@@ -6,13 +6,15 @@ so ``boundary audit`` and ``boundary experiment`` see the same sessions); it imp
 
 An engine that renders prompts itself sees token ids only; without a session the client named
 (``vllm_xargs.boundary_session``), the recorder names the record's session after the request
-and marks it ``"session_from": "request_id"``. Such records are chained: a record continues the
-session whose latest chained record's stable history (its prompt up to U_end; the whole prompt
-when no U_end was recorded) is a prefix of the record's prompt — the deepest such history wins,
-the latest record on a tie — and takes that session's name; a record that continues none
-starts a session under its own name. Only chain tips are continued (a request that branches
-from an earlier turn starts a session), and only unnamed records chain (a named session is the
-client's). The OpenAI ``user`` field never reaches vLLM's engine, so it cannot name sessions.
+and marks it ``"session_from": "request_id"``. Such records are chained: a record continues a
+session whose first record's stable history (its prompt up to U_end; the whole prompt when no
+U_end was recorded) is a prefix of the record's prompt — a conversation's opening messages are
+never rewritten, while later history can be (a template that drops earlier reasoning) — the
+deepest such history where several are, and takes that session's name. A record that continues
+none starts a session under its own name. Only unnamed records chain (a named session is the
+client's). Two conversations that open with the same messages (a regenerated first turn, a
+repeated benchmark prompt) become one session. The
+OpenAI ``user`` field never reaches vLLM's engine, so it cannot name sessions.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ R = TypeVar("R", bound=Chainable)
 
 def chained_sessions(requests: Sequence[R]) -> list[str]:
     """The session of each request, in order: its own, or for an unnamed production record
-    the session its prompt continues (see the module docstring)."""
-    tips: dict[str, bytes] = {}  # chained session -> its latest record's stable history, packed
+    the session its prompt continues (see the module docstring). Two sessions never open with
+    the same history (the second would have continued the first), so the deepest is unique."""
+    roots: dict[str, bytes] = {}  # chained session -> its first record's stable history, packed
     out: list[str] = []
     for request in requests:
         prompt = request.prompt_token_ids
@@ -51,14 +54,12 @@ def chained_sessions(requests: Sequence[R]) -> list[str]:
             out.append(request.session)
             continue
         here = packed(prompt)
-        best: tuple[int, str] | None = None
-        for name, stable in tips.items():  # in insertion order: a later tip wins a tie
-            if here.startswith(stable) and (best is None or len(stable) >= best[0]):
-                best = (len(stable), name)
-        session = request.session if best is None else best[1]
+        candidates = [name for name, root in roots.items() if here.startswith(root)]
+        if candidates:
+            out.append(max(candidates, key=lambda name: len(roots[name])))
+            continue
         end = request.u_end if request.u_end is not None else len(prompt)
-        tips.pop(session, None)  # re-inserted last: the latest tip
         if end > 0:  # an empty history would continue every prompt
-            tips[session] = packed(prompt[:end])
-        out.append(session)
+            roots[request.session] = packed(prompt[:end])
+        out.append(request.session)
     return out

@@ -93,14 +93,19 @@ def test_a_bad_or_misplaced_header_is_refused_naming_its_line(tmp_path, lines, m
         read_trace(path)
 
 
-def test_unnamed_records_are_chained_into_sessions_by_their_stable_history(tmp_path):
+def write(path, records) -> None:
+    with TraceWriter(path) as writer:
+        for r in records:
+            writer.write(r)
+
+
+def test_unnamed_records_are_chained_into_the_conversation_they_open_with(tmp_path):
     system = [1, 2, 3]
     a1 = [*system, 10, 11, 90]  # U_end 5: the generation prompt (90) is not history
     b1 = [*system, 20, 21, 90]
     a2 = [*system, 10, 11, 12, 13, 14, 90]  # a's history, its reply and a new message
     b2 = [*system, 20, 21, 22, 23, 90]
-    a3 = [*a2[:-1], 15, 16, 90]
-    branch = [*system, 10, 11, 30, 90]  # from a's first turn, not its tip: a session of its own
+    a3 = [*system, 10, 11, 13, 14, 15, 16, 90]  # a template dropped a's reply (12): still a
     records = [
         unnamed("r1", a1, 5, [12, 99]),
         unnamed("r2", b1, 5, [22, 99]),
@@ -108,26 +113,31 @@ def test_unnamed_records_are_chained_into_sessions_by_their_stable_history(tmp_p
         unnamed("r4", b2, 7),
         production_record("named", [*system, 10, 11, 12], None, u_end=5),  # a client's session: kept
         unnamed("r6", a3, 9),
-        unnamed("r7", branch, 6),
+        unnamed("r7", [*system, 30, 90], 4),  # opens differently: a conversation of its own
     ]
     path = tmp_path / "rec.jsonl"
-    with TraceWriter(path) as writer:
-        for r in records:
-            writer.write(r)
-    got = [r.session for r in read_trace(path)]
-    assert got == ["r1", "r2", "r1", "r2", "named", "r1", "r7"]
+    write(path, records)
+    assert [r.session for r in read_trace(path)] == ["r1", "r2", "r1", "r2", "named", "r1", "r7"]
 
 
-def test_the_deepest_stable_history_wins_and_an_empty_one_continues_nothing(tmp_path):
+def test_the_deepest_opening_wins_and_an_empty_one_opens_nothing(tmp_path):
     records = [
-        unnamed("short", [1, 2, 9], 2),
-        unnamed("long", [1, 2, 3, 4, 9], 4),  # continues "short" ([1, 2] is its prefix)
+        unnamed("deep", [1, 2, 3, 4, 9], 4),  # opens with [1, 2, 3, 4]
+        unnamed("short", [1, 2, 9], 2),  # opens with [1, 2]: not deep's opening, a session of its own
         unnamed("empty", [7, 9], 0),
-        unnamed("next", [1, 2, 3, 4, 5, 9], 5),
+        unnamed("next", [1, 2, 3, 4, 5, 9], 5),  # both openings are its prefix: the deeper one
+        unnamed("short-2", [1, 2, 8, 9], 3),
         unnamed("after-empty", [7, 8, 9], 2),
     ]
     path = tmp_path / "rec.jsonl"
-    with TraceWriter(path) as writer:
-        for r in records:
-            writer.write(r)
-    assert [r.session for r in read_trace(path)] == ["short", "short", "empty", "short", "after-empty"]
+    write(path, records)
+    assert [r.session for r in read_trace(path)] == ["deep", "short", "empty", "deep", "short", "after-empty"]
+    twins = [
+        unnamed("x", [1, 2, 9], 2),
+        unnamed("y", [1, 2, 9], 2),  # the same opening: continues "x" (a regenerate)
+        unnamed("z", [5, 1, 2, 9], 3),
+        unnamed("z2", [5, 1, 2, 3, 9], 4),
+    ]
+    path = tmp_path / "twins.jsonl"
+    write(path, twins)
+    assert [r.session for r in read_trace(path)] == ["x", "x", "z", "z"]

@@ -28,6 +28,7 @@ def test_the_header_holds_the_engines_geometry():
     )
     run = Replay(shape)
     header = recording_header(run.scheduler)
+    assert header is not None
     g = header.geometry
     specs = [group.kv_cache_spec for group in run.kv_cache_config.kv_cache_groups]
     mamba = next(s for s in specs if isinstance(s, MambaSpec))
@@ -41,7 +42,11 @@ def test_the_header_holds_the_engines_geometry():
 
 def test_without_sub_block_hits_the_unit_is_the_block():
     header = recording_header(Replay(EngineShape(block_size=32)).scheduler)
-    assert header.geometry.prefix_match_unit == 32
+    assert header is not None and header.geometry.prefix_match_unit == 32
+
+
+def test_a_model_without_recurrent_layers_has_no_geometry_to_replay_at():
+    assert recording_header(Replay(EngineShape(block_size=32, mamba_layers=0)).scheduler) is None
 
 
 def test_the_experiment_replays_a_recording_at_the_served_geometry_with_the_served_hits(tmp_path):

@@ -27,14 +27,17 @@ SESSIONS = (
 )
 
 
-def recording_header(scheduler: Any) -> RecordingHeader:
+def recording_header(scheduler: Any) -> RecordingHeader | None:
     """The header of a recording made by ``scheduler`` (a boundary scheduler, or any vLLM
-    ``Scheduler``: then the unit is the block and the policy unnamed)."""
+    ``Scheduler``: then the unit is the block and the policy unnamed); None on a model without
+    recurrent layers (no hybrid geometry to replay at)."""
     from vllm.v1.kv_cache_interface import MambaSpec
 
     config = scheduler.kv_cache_config
     groups = config.kv_cache_groups
     recurrent = [g.kv_cache_spec for g in groups if isinstance(g.kv_cache_spec, MambaSpec)]
+    if not recurrent:
+        return None
     block = int(scheduler.cache_config.block_size)
     retention = getattr(scheduler, "boundary_retention", None)
     settings = getattr(scheduler, "boundary_settings", None)
@@ -46,7 +49,7 @@ def recording_header(scheduler: Any) -> RecordingHeader:
         group_size=max(len(g.layer_names) for g in groups),
         attention_groups=len(groups) - len(recurrent),
         recurrent_groups=len(recurrent),
-        state_bytes=max((int(s.real_page_size_bytes) for s in recurrent), default=0),
+        state_bytes=max(int(s.real_page_size_bytes) for s in recurrent),
         num_pages=int(config.num_blocks),
     )
     return RecordingHeader(
