@@ -422,14 +422,17 @@ def parse_header(line: str, where: str) -> RecordingHeader | None:
 
 
 def read_header(path: str | Path) -> RecordingHeader | None:
-    """The header on a trace file's first line (None: none; stdin is never read here, so a
-    header arriving on stdin is only skipped by ``read_trace``)."""
+    """The header on a trace file's first non-blank line (None: none; stdin is never read here,
+    so a header arriving on stdin is only skipped by ``read_trace``)."""
     if str(path) == STDIN:
         return None
     with open_trace(path) as file:
         for where, raw in _lines(file, str(path)):
             try:
-                return parse_header(_decoded(raw, where), where)
+                line = _decoded(raw, where)
+                if not line.strip():
+                    continue  # blank lines are skipped, as ``read_recording`` skips them
+                return parse_header(line, where)
             except RequestError:
                 if _cut_off(raw):
                     return None

@@ -41,6 +41,9 @@ def test_the_header_is_the_first_line_and_the_reader_returns_it_beside_the_recor
         [r.prompt_token_ids for r in records] == [[1, 2, 3]] == [r.prompt_token_ids for r in read_trace(path)]
     )
     assert GEOMETRY.capacity_bytes == 100 * 65536 * 2  # the null page never holds a block
+    padded = tmp_path / "padded.jsonl"
+    padded.write_text("\n" + path.read_text())  # a blank line first: skipped by both readers
+    assert read_header(padded) == HEADER == read_recording(padded)[0]
 
 
 def test_a_file_is_appended_to_under_its_own_header_only(tmp_path):
