@@ -15,8 +15,13 @@ unit-aligned tail (a partial entry). For a request with a plan (``boundary_vllm.
   variant runs without P_end where it asks to); sub-block ones are keyed as partial entries on
   the state block and on the attention block (vLLM's own tail path, with copy-on-write);
   upstream's sub-block tail is un-keyed when the decision does not keep it;
-- while decoding, the latest block boundaries are held tentatively (keyed, not offered to
-  offloading connectors) until the finish hook keeps at most one of them.
+- while decoding, the latest block boundaries are held tentatively until the finish hook keeps
+  at most one of them; they are offered to offloading connectors only with ``decode_to_prefill``
+  (a store that carries decode states to later prefills), as they are cached: at finish the
+  request's blocks are freed and vLLM drops offers made then.
+
+Under a retention interval other than 0 (a connector's rewrite) vLLM keeps block-aligned and
+decode states itself; the sub-block keeps are still keyed as partial entries.
 
 Requests without a plan are keyed exactly as upstream; their states are only labelled.
 """
@@ -55,8 +60,10 @@ class CacheBlocksHook:
         hit_unit: int,
         exported_twin: bool,
         num_hash_lookahead_tokens: int,
+        offer_decode_states: bool = False,
     ) -> None:
         self.kept = kept
+        self.offer_decode_states = offer_decode_states  # decode_to_prefill: a store may serve them
         self.pool = kept.pool
         self.plans = plans
         self.block_size = block_size
@@ -107,11 +114,11 @@ class CacheBlocksHook:
         after = manager.num_cached_block.get(request.request_id, 0)
         if sparse and after > before:
             self._attribute(group, request, before, after, replay_boundaries, plan)
-            if plan is not None and plan.decode:
+            if plan is not None and plan.decode and not self.offer_decode_states:
                 self._withhold_tentative(manager, offers, request.num_prompt_tokens)
         if sparse:
             self._attribute_partial_tail(group, request, num_tokens, plan)
-        if plan is not None and sparse and num_tokens in plan.unit_keeps:
+        if plan is not None and num_tokens in plan.unit_keeps:  # a partial entry under any interval
             self._keep_sub_block_state(group, request, num_tokens, plan)
 
     def _withhold_tentative(self, manager: MambaManager, offers: int, num_prompt_tokens: int) -> None:

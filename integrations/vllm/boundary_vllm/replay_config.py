@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from vllm.config import CacheConfig, DeviceConfig, KVEventsConfig, ModelConfig, SchedulerConfig, VllmConfig
+from vllm.config import (
+    CacheConfig,
+    DeviceConfig,
+    KVEventsConfig,
+    KVTransferConfig,
+    ModelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 
 from boundary.retention_policy import Variant
@@ -65,6 +73,8 @@ class EngineShape:
     exported_checkpoints: bool = False  # the kernels export the prompt checkpoint (GDN on FlashInfer)
     kv_events: bool = False  # ``enable_kv_cache_events`` (published to the "null" publisher)
     settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]`` keys
+    kv_transfer: dict[str, Any] | None = None  # ``KVTransferConfig`` arguments (a real connector)
+    cache: dict[str, Any] = field(default_factory=dict)  # further ``CacheConfig`` arguments
 
 
 def vllm_config(shape: EngineShape, model_dir: Path) -> VllmConfig:
@@ -75,6 +85,7 @@ def vllm_config(shape: EngineShape, model_dir: Path) -> VllmConfig:
         enable_prefix_caching=True,
         mamba_cache_mode="align",
         prefix_match_unit=shape.prefix_match_unit,
+        **shape.cache,
     )
     scheduler = SchedulerConfig(
         max_num_seqs=shape.max_num_seqs,
@@ -92,6 +103,7 @@ def vllm_config(shape: EngineShape, model_dir: Path) -> VllmConfig:
         kv_events_config=KVEventsConfig(enable_kv_cache_events=True, publisher="null")
         if shape.kv_events
         else None,
+        kv_transfer_config=KVTransferConfig(**shape.kv_transfer) if shape.kv_transfer else None,
         additional_config={"boundary": {"policy": shape.policy.value, "log_interval_s": 0, **shape.settings}},
     )
     config.cache_config.num_gpu_blocks = shape.num_blocks

@@ -81,6 +81,7 @@ class CheckpointRetention:
         ledger_capacity: int,
         exported_checkpoints: bool = False,
         upstream_twin: bool = True,
+        offer_decode_states: bool = False,
     ) -> None:
         self.groups = tuple(
             MambaGroup(gid, manager, manager.kv_cache_spec.page_size_bytes * len(spec_group.layer_names))
@@ -125,6 +126,7 @@ class CheckpointRetention:
             hit_unit=self.hit_unit,
             exported_twin=self.exported_twin,
             num_hash_lookahead_tokens=num_hash_lookahead_tokens,
+            offer_decode_states=offer_decode_states,
         )
         self.hook.install(self.groups, self.attention)
         self.unconfirmed: dict[int, list[tuple[str, HeldState]]] = {}  # id(step) -> its keyed states
@@ -260,6 +262,7 @@ def install(
     *,
     ledger_capacity: int,
     upstream_twin: bool = True,
+    offer_decode_states: bool = False,
 ) -> CheckpointRetention:
     """A ``CheckpointRetention`` over a vLLM scheduler's KV-cache manager."""
     manager = scheduler.kv_cache_manager
@@ -272,4 +275,5 @@ def install(
         ledger_capacity=ledger_capacity,
         exported_checkpoints=scheduler.mamba_has_prefill_checkpoint_blocks,
         upstream_twin=upstream_twin,
+        offer_decode_states=offer_decode_states,
     )

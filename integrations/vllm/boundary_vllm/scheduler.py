@@ -15,8 +15,10 @@ configured policy variant of ``boundary.retention_policy`` decides which states 
   decode-side states cannot serve a later prefill here (then it is reported non-consumable).
 
 Requests without checkpoints are scheduled and cached exactly as upstream. At construction the
-configuration is cross-checked (``engine_checks``): a scheduler class that does not match async
-scheduling, or speculative decoding unless opted in, is refused. Nothing in vLLM is
+configuration is cross-checked (``engine_checks``, ``state_export``): a scheduler class that does
+not match async scheduling, speculative decoding or an unverified state-export mode (ReplaySSM)
+unless opted in, is refused; the retention interval is read where vLLM applies it (the KV-cache
+coordinator, which a connector may have rewritten) and a rewrite is logged. Nothing in vLLM is
 edited: the split, admission, scheduling and finish hooks are overrides of ``Scheduler`` (the
 same signatures in every supported build, ``boundary_vllm.compat``), and retention wraps each
 Mamba manager's ``cache_blocks``.
@@ -45,6 +47,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from boundary.retention_policy import RequestBoundaries, Variant
+from boundary_vllm.compat import applied_retention_interval
 from boundary_vllm.counters import CheckpointCounters, PrometheusExport
 from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability, final_d_end
 from boundary_vllm.engine_checks import EngineFacts, check_engine
@@ -54,6 +57,7 @@ from boundary_vllm.recording import FinishedRequest, TraceRecorder, recorder_fro
 from boundary_vllm.retention import CheckpointRetention, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
 from boundary_vllm.settings import IntegrationSettings, read_settings
+from boundary_vllm.state_export import check_state_export
 
 logger = init_logger(f"vllm.{__name__}")  # under vLLM's logger, so its handlers and level apply
 
@@ -82,6 +86,9 @@ class BoundaryCheckpointsMixin:
             self.vllm_config.kv_transfer_config, decode_to_prefill=self.boundary_settings.decode_to_prefill
         )
         self.boundary_retention = None
+        # the interval the KV-cache coordinator applies: a connector may have rewritten it
+        # (MooncakeStore's save_decode_cache sets the block size) after cache_config was read
+        self.boundary_retention_interval = applied_retention_interval(self)
         inactive = self._inactive_reason()
         if inactive is None:
             self.boundary_retention = install(
@@ -89,8 +96,19 @@ class BoundaryCheckpointsMixin:
                 self.boundary_counters,
                 ledger_capacity=self.boundary_settings.ledger_capacity,
                 upstream_twin=self.boundary_settings.upstream_twin,
+                offer_decode_states=self.decode_end.consumable and self.boundary_settings.decode_to_prefill,
             )
-        for warning in check_engine(self._engine_facts(), self.boundary_settings):
+        warnings = check_engine(self._engine_facts(), self.boundary_settings)
+        warnings += check_state_export(self.cache_config, self.boundary_settings)
+        configured = self.cache_config.prefix_cache_retention_interval
+        if self.boundary_retention_interval != configured:
+            warnings.append(
+                f"the retention interval vLLM applies is {self.boundary_retention_interval}, not the "
+                f"configured {configured}: a KV connector rewrote it (MooncakeStore's save_decode_cache "
+                "keeps a state at every block); boundary plans with the applied value: vLLM keeps the "
+                "block-aligned and decode states itself, boundary adds its sub-block states"
+            )
+        for warning in warnings:
             logger.warning("boundary checkpoints: %s", warning)
         self._suffixes: GenerationSuffixes | None = None
         if self.boundary_settings.server_family and self.boundary_retention is not None:
@@ -171,8 +189,7 @@ class BoundaryCheckpointsMixin:
             request,
             variant,
             boundaries,
-            decode_states=self.decode_end.consumable
-            and self.cache_config.prefix_cache_retention_interval == 0,
+            decode_states=self.decode_end.consumable and self.boundary_retention_interval == 0,
         )
 
     def _warn_rejected(self, request_id: str, hints: CheckpointHints) -> None:

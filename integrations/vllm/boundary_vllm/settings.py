@@ -66,6 +66,11 @@ class IntegrationSettings(BaseModel):
         default=False,
         description="Run with speculative decoding, unverified with boundary checkpoints (else refused).",
     )
+    allow_unverified_state_export: bool = Field(
+        default=False,
+        description="Run with a recurrent-state export mode the plugin has not verified (FlashInfer "
+        "ReplaySSM, KDA RecoverSSM), unverified (else refused).",
+    )
     log_interval_s: float = Field(default=30.0, ge=0)
     ledger_capacity: int = Field(default=65536, ge=1, description="How many retained states are attributed.")
     record_path: str | None = Field(
