@@ -31,6 +31,25 @@ from tests.vllm.streams import BLOCK, turn
 pytestmark = pytest.mark.vllm
 
 
+@pytest.fixture
+def replays():
+    """Replays whose connector's lookup client (a ZMQ socket, an executor) is closed after the test,
+    so no socket outlives it."""
+    made: list[Replay] = []
+
+    def make(shape: EngineShape) -> Replay:
+        made.append(Replay(shape))
+        return made[-1]
+
+    yield make
+    for run in made:
+        sched = getattr(run.scheduler.connector, "connector_scheduler", None)
+        client = getattr(sched, "client", None)
+        if client is not None:
+            client.close()
+            client.ctx.term()
+
+
 def mooncake(role: str = "kv_both", **extra) -> dict:
     # enable_lookup off: no store process answers here (the scheduler side still runs)
     return {
@@ -40,12 +59,12 @@ def mooncake(role: str = "kv_both", **extra) -> dict:
     }
 
 
-def test_a_retention_interval_a_connector_rewrote_is_read_where_vllm_applies_it_and_u_end_is_kept():
+def test_a_retention_interval_a_connector_rewrote_is_read_where_vllm_applies_it_and_u_end_is_kept(replays):
     a, b = turn(11, 2), turn(11, 4)
     shape = EngineShape(
         policy=Variant.INPUT_END, prefix_match_unit=4, kv_transfer=mooncake(save_decode_cache=True)
     )
-    run = Replay(shape)
+    run = replays(shape)
     scheduler = run.scheduler
     assert scheduler.cache_config.prefix_cache_retention_interval == 0  # what the user configured
     applied = BLOCK if DIFF.store_rewrites_retention_interval else 0  # 0.34.0 rewrites it
@@ -74,7 +93,7 @@ def _offers(run: Replay) -> list[tuple[str, int]]:
 
 
 @pytest.mark.parametrize("decode_to_prefill", [True, False])
-def test_with_decode_to_prefill_d_end_is_offered_to_the_store(decode_to_prefill):
+def test_with_decode_to_prefill_d_end_is_offered_to_the_store(decode_to_prefill, replays):
     a = turn(11, 4)  # a tool call whose decode crosses a block boundary past P_end
     d_end = (len(a.tokens) - 1) // BLOCK * BLOCK
     assert d_end > a.prompt.p_end
@@ -83,7 +102,7 @@ def test_with_decode_to_prefill_d_end_is_offered_to_the_store(decode_to_prefill)
         kv_transfer=mooncake(),
         settings={"decode_to_prefill": decode_to_prefill},
     )
-    run = Replay(shape)
+    run = replays(shape)
     assert run.scheduler.decode_end.consumable is decode_to_prefill
     offers = _offers(run)
     run.run(ReplayRequest.from_turn(a))
