@@ -4,13 +4,20 @@ Where it sits: outside the package, at the render and boundaries stages: a scrip
 it times ``SessionCache.render`` (full and incremental template runs) against ``Family.render``
 and transformers.
 
-Two workloads, each request sent in conversation order:
+Five workloads, each request sent in conversation order:
 
 - ``tau``: the tau-bench airline replay: every assistant turn of every trajectory is one
   request (the conversation before it, generation prompt on);
+- ``tau-tools``: the same requests, each with the trajectories' tool schemas (inferred from
+  their calls: ``boundary.datasets.tau_bench_airline_tools``);
 - ``prose``: MT-bench's 80 two-turn conversations (GPT-4's reference answers where MT-bench
   ships them, seeded synthetic prose otherwise; ``boundary.experiment.workloads.mt_bench``):
-  long user and assistant messages, few turns; one request before each assistant message.
+  long user and assistant messages, few turns; one request before each assistant message;
+- ``sharegpt``: 100 ShareGPT-like prose chats of 3-8 user turns (``sharegpt_like``), drawn
+  at random from MT-bench's question turns, so that no conversation is one tuned to;
+- ``long-agent``: the tau-bench trajectories chained into one agent conversation past 128k
+  tokens, every request through one session, the requests just under 8k, 64k and 128k tokens
+  timed against cold renders, transformers and the new text alone (``long_agent``).
 
 For each request, side by side and interleaved (so machine load hits all paths alike), the
 paths in an order rotated from request to request and pass to pass (each path follows each
@@ -66,7 +73,8 @@ alone (the setup varies by tens of millions of instructions from run to run). Wi
 run inside ``functools.reduce``: the count of one length bucket, e.g. a session request at
 30–40 messages against one at 5–9.
 
-Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200] [--workloads tau,prose]
+Usage: python benchmarks/sessions.py [--family qwen3_5] [--trajectories 200]
+       [--workloads tau,tau-tools,prose,sharegpt,long-agent]
        [--only none|cold|full|incremental [--messages LO-HI]]
 """
 
@@ -85,8 +93,14 @@ import jinja2
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 import boundary
-from boundary.datasets import tau_bench_airline
+from boundary.datasets import (
+    mt_bench_questions,
+    mt_bench_reference_answers,
+    tau_bench_airline,
+    tau_bench_airline_tools,
+)
 from boundary.experiment.workloads import mt_bench
+from boundary.experiment.workloads.script import session_rng, synthetic_reasoning
 from boundary.prefixes import common_prefix_length
 from boundary.sandbox import RenderLimits
 from boundary.segment_cache import SegmentCache
@@ -109,16 +123,51 @@ BUCKETS = [(1, 4), (5, 9), (10, 19), (20, 39), (40, 10**9)]
 Row = tuple[int, bool, list[float]]  # (messages, opens its conversation, seconds per path)
 
 
-def _requests(workload: str, trajectories: int) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """(conversation id, request) in conversation order: one request per assistant turn."""
-    if workload == "tau":
+Request = tuple[str, list[dict[str, Any]], list[dict[str, Any]] | None]  # (conversation, messages, tools)
+
+
+def sharegpt_like(conversations: int = 100, seed: int = 0) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Prose chats shaped like ShareGPT traffic, none of them tuned to: 3-8 user turns, each an
+    MT-bench question turn drawn at random (seeded), answered by MT-bench's GPT-4 reference
+    where it ships one, else by seeded synthetic prose."""
+    questions = mt_bench_questions()
+    answers = mt_bench_reference_answers()
+    vocabulary = " ".join(t for a in answers.values() for t in a).split()
+    out = []
+    for c in range(conversations):
+        name = f"sharegpt_like_{c:03d}"
+        rng = session_rng(seed, name, "turns")
+        messages: list[dict[str, Any]] = []
+        for _ in range(rng.randint(3, 8)):
+            q = rng.choice(questions)
+            turn = rng.randrange(len(q["turns"]))
+            reference = answers.get(q["question_id"])
+            reply = reference[turn] if reference else synthetic_reasoning(rng, vocabulary, (60, 400))
+            messages += [
+                {"role": "user", "content": q["turns"][turn]},
+                {"role": "assistant", "content": reply},
+            ]
+        out.append((name, messages))
+    return out
+
+
+def _requests(workload: str, trajectories: int) -> Iterator[Request]:
+    """(conversation id, request, tools) in conversation order: one request per assistant turn.
+    ``tau`` and ``tau-tools`` are the same requests, the second with the trajectories' tool
+    schemas (inferred from their calls) passed on every request."""
+    tools = tau_bench_airline_tools() if workload == "tau-tools" else None
+    if workload in ("tau", "tau-tools"):
         conversations = [(f"tau-{t}", traj) for t, traj in enumerate(tau_bench_airline()[:trajectories])]
-    else:
+    elif workload == "sharegpt":
+        conversations = sharegpt_like()
+    elif workload == "prose":
         conversations = [(s.name, s.messages) for s in mt_bench.scripts()]
+    else:
+        raise SystemExit(f"unknown workload {workload!r} (tau, tau-tools, prose, sharegpt, long-agent)")
     for name, messages in conversations:
         for i, m in enumerate(messages):
             if m["role"] == "assistant":
-                yield name, messages[:i]
+                yield name, messages[:i], tools
 
 
 def _ids(encoded: Any) -> list[int]:
@@ -187,7 +236,7 @@ def run(
     previous = ""  # the text of the conversation's previous request
     reused = rendered = chained = 0
     use = segment_caches(fam)
-    for k, (name, request) in enumerate(_requests(workload, trajectories)):
+    for k, (name, request, tools) in enumerate(_requests(workload, trajectories)):
         first = name not in sessions
         if first:
             for _, incremental in sessions.values():
@@ -197,20 +246,30 @@ def run(
             sessions = {name: (Session(fam.renderer, incremental=False), Session(fam.renderer))}
             previous = ""
         full, incremental = sessions[name]
-        prepared, _ = fam.prepare(request)
+        prepared, prepared_tools = fam.prepare(request, tools)
         use("reference")  # untimed: the text the floors need, whichever path runs first
-        text = fam.render(request, **kwargs).text
+        text = fam.render(request, tools, **kwargs).text
         new_text = text[common_prefix_length(previous, text) :]
         previous = text
-        arguments = {"messages": prepared, "tools": None, "documents": None, "add_generation_prompt": True}
+        arguments = {
+            "messages": prepared,
+            "tools": prepared_tools,
+            "documents": None,
+            "add_generation_prompt": True,
+        }
         arguments |= template_kwargs
         steps: list[Callable[[], Any]] = [
             functools.partial(
-                hf.apply_chat_template, prepared, add_generation_prompt=True, tokenize=True, **kwargs
+                hf.apply_chat_template,
+                prepared,
+                tools=prepared_tools,
+                add_generation_prompt=True,
+                tokenize=True,
+                **kwargs,
             ),
-            functools.partial(fam.render, request, **kwargs),
-            functools.partial(full.render, request, **kwargs),
-            functools.partial(incremental.render, request, **kwargs),
+            functools.partial(fam.render, request, tools, **kwargs),
+            functools.partial(full.render, request, tools, **kwargs),
+            functools.partial(incremental.render, request, tools, **kwargs),
             functools.partial(fam.tokenizer.encode, new_text),
             functools.partial(template.render, **arguments),
             functools.partial(unsandboxed.render, **arguments),
@@ -265,17 +324,21 @@ def only(
     requests = list(_requests(workload, trajectories))
     sessions: dict[str, Session] = {}
     counted = 0
-    for name, request in requests:
+    for name, request, tools in requests:
         if path in ("full", "incremental") and name not in sessions:
             sessions = {name: Session(fam.renderer, incremental=path == "incremental")}
 
         session = sessions.get(name)
 
-        def render(request: list[dict[str, Any]] = request, session: Session | None = session) -> None:
+        def render(
+            request: list[dict[str, Any]] = request,
+            tools: list[dict[str, Any]] | None = tools,
+            session: Session | None = session,
+        ) -> None:
             if path == "cold":
-                fam.render(request, **kwargs)
+                fam.render(request, tools, **kwargs)
             elif session is not None:
-                session.render(request, **kwargs)
+                session.render(request, tools, **kwargs)
 
         if messages is None:
             render()
@@ -387,12 +450,90 @@ def report(workload: str, passes: list[dict[str, Any]]) -> None:
         )
 
 
+LONG_SIZES = (8_000, 64_000, 128_000)
+LONG_PATHS = ("transformers", "cold", "session incremental", "new text alone")
+
+
+def long_agent_conversation(fam: boundary.Family, tokens: int) -> list[dict[str, Any]]:
+    """One agent conversation past ``tokens`` tokens: the tau-bench trajectories chained, the
+    first one's system policy once, then every trajectory's turns (user, assistant, tool calls
+    and results) one after another."""
+    trajectories = tau_bench_airline()
+    messages = [trajectories[0][0]]
+    for trajectory in trajectories:
+        messages += [m for m in trajectory if m["role"] != "system"]
+        if len(fam.render(messages).token_ids) > tokens:
+            return messages
+    raise SystemExit(f"the tau-bench trajectories chained stay under {tokens} tokens")
+
+
+def long_agent(fam: boundary.Family, hf: Any, kwargs: dict[str, Any], repeat: int, window: int = 10) -> None:
+    """Per-request cost as an agent conversation grows to 128k tokens: every request (one per
+    assistant turn) goes through one session in order, and the ``window`` requests just under
+    each of ``LONG_SIZES`` tokens are also rendered cold, by transformers and as the new text
+    alone, the paths rotated per request; ``repeat`` passes with a fresh session each, every
+    figure the median of the passes' means (CPU time)."""
+    conversation = long_agent_conversation(fam, LONG_SIZES[-1])
+    requests = [conversation[:i] for i, m in enumerate(conversation) if m["role"] == "assistant"]
+    warm = Session(fam.renderer)
+    sizes = [len(warm.render(r, **kwargs).token_ids) for r in requests]
+    timed = {size: [k for k, n in enumerate(sizes) if n <= size][-window:] for size in LONG_SIZES}
+    in_window = {k: size for size, ks in timed.items() for k in ks}
+    cost: dict[tuple[int, str], list[float]] = {}
+    for rep in range(repeat):
+        session, previous = Session(fam.renderer), ""
+        per: dict[tuple[int, str], list[float]] = {}
+        for k, request in enumerate(requests):
+            if k not in in_window:
+                previous = session.render(request, **kwargs).text
+                continue
+            prepared, _ = fam.prepare(request)
+            text = fam.render(request, **kwargs).text
+            new_text = text[common_prefix_length(previous, text) :]
+            previous = text
+            steps = {
+                "transformers": functools.partial(
+                    hf.apply_chat_template, prepared, add_generation_prompt=True, tokenize=True, **kwargs
+                ),
+                "cold": functools.partial(fam.render, request, **kwargs),
+                "session incremental": functools.partial(session.render, request, **kwargs),
+                "new text alone": functools.partial(fam.tokenizer.encode, new_text),
+            }
+            for i in rotated(len(LONG_PATHS), rep + k):
+                c0 = clock()
+                steps[LONG_PATHS[i]]()
+                per.setdefault((in_window[k], LONG_PATHS[i]), []).append(clock() - c0)
+        for key, values in per.items():
+            cost.setdefault(key, []).append(statistics.mean(values))
+    print(
+        f"\n### long-agent: one tau-bench chain of {len(conversation)} messages, {len(requests)} requests "
+        f"through one session; {window} requests timed at each size, {repeat} passes, CPU ms/request "
+        "(median of the passes' means)\n"
+    )
+    print("| tokens (≤) | " + " | ".join(LONG_PATHS) + " | cold × | session × |")
+    print("|---:|" + "---:|" * (len(LONG_PATHS) + 2))
+    for size in LONG_SIZES:
+        ms = {path: statistics.median(cost[(size, path)]) for path in LONG_PATHS}
+        row = " | ".join(f"{ms[p] * 1e3:.2f}" for p in LONG_PATHS)
+        cold, sess = ms["transformers"] / ms["cold"], ms["transformers"] / ms["session incremental"]
+        print(f"| {size} | {row} | {cold:.1f}× | {sess:.1f}× |")
+    for path in ("session incremental", "new text alone"):
+        ratio = statistics.median(cost[(LONG_SIZES[-1], path)]) / statistics.median(
+            cost[(LONG_SIZES[0], path)]
+        )
+        print(
+            f"\n{path}: a request at {LONG_SIZES[-1]} tokens costs {ratio:.2f}× one at {LONG_SIZES[0]}",
+            end="",
+        )
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", default="qwen3_5")
     ap.add_argument("--variant")
     ap.add_argument("--trajectories", type=int, default=200)
-    ap.add_argument("--workloads", default="tau,prose")
+    ap.add_argument("--workloads", default="tau,tau-tools,prose,sharegpt,long-agent")
     ap.add_argument("--template-kwargs", default="{}")
     ap.add_argument(
         "--repeat", type=int, default=5, help="passes; each figure is the median of the passes' (default 5)"
@@ -434,6 +575,9 @@ def main() -> None:
         f"{args.trajectories} tau-bench trajectories"
     )
     for workload in args.workloads.split(","):
+        if workload == "long-agent":
+            long_agent(fam, hf, kwargs, args.repeat)
+            continue
         run(fam, hf, workload, 1, kwargs)  # warm-up: compile, caches
         if not args.no_gc_freeze:
             gc.collect()
