@@ -56,6 +56,7 @@ from boundary.request.validation import (
     parse_messages_or_plain,
     parse_tools,
 )
+from boundary.sandbox.kept_json import ACTIVE_KEPT_JSON, KeptJson
 
 # Below this many messages a request runs the template in full: tracing a loop of a few
 # iterations costs more than replaying them saves (docs/sessions.md, "Measured").
@@ -128,6 +129,7 @@ class Session:
         self._tools_key: tuple[bool, str, ContentKey] | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._tools_bytes = 0
+        self._tools_json: KeptJson | None = None  # ``tojson`` of ``_tools``, kept while they are
         self._text = ""
         # the last request's ids, this session's own list, holding the shared ints of ``_ints``
         self._ids: list[int] = []
@@ -172,20 +174,24 @@ class Session:
                 self._prepare_tools(tools, strict_request, resolved)
                 if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
                     self._text, self._ids, self._cut_chars, self._cut_tokens = "", [], [], []
-                rendered = fam.render_with_encoder(
-                    normalized,
-                    self._tools,
-                    add_generation_prompt,
-                    template_kwargs=template_kwargs,
-                    encoder=None if sanitize_control_tokens else self._encode,
-                    variant=variant,
-                    documents=documents,
-                    sanitize_control_tokens=sanitize_control_tokens,
-                    now=now,
-                    continue_final_message=continue_final_message,
-                    strict_template_kwargs=strict_template_kwargs,
-                    run=None if sanitize_control_tokens else self._incremental.run_template,
-                )
+                kept_json = ACTIVE_KEPT_JSON.set(self._tools_json)
+                try:
+                    rendered = fam.render_with_encoder(
+                        normalized,
+                        self._tools,
+                        add_generation_prompt,
+                        template_kwargs=template_kwargs,
+                        encoder=None if sanitize_control_tokens else self._encode,
+                        variant=variant,
+                        documents=documents,
+                        sanitize_control_tokens=sanitize_control_tokens,
+                        now=now,
+                        continue_final_message=continue_final_message,
+                        strict_template_kwargs=strict_template_kwargs,
+                        run=None if sanitize_control_tokens else self._incremental.run_template,
+                    )
+                finally:
+                    ACTIVE_KEPT_JSON.reset(kept_json)
             finally:
                 inc, stats = self._incremental, self.stats
                 stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
@@ -209,6 +215,7 @@ class Session:
             + getsizeof(self._call_ids)
             + _CALL_ID * len(self._call_ids)
             + self._tools_bytes
+            + (self._tools_json.nbytes if self._tools_json is not None else 0)
             + self._incremental.nbytes
         )
 
@@ -248,9 +255,10 @@ class Session:
 
     def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool, target: RenderTarget) -> None:
         """Validate and normalize ``tools`` unless exactly these were, under this ``strict``
-        and ``target``."""
+        and ``target``; their ``tojson`` texts are kept (``boundary.sandbox.kept_json``) as long
+        as they are."""
         if tools is None:
-            self._tools, self._tools_key, self._tools_bytes = None, None, 0
+            self._tools, self._tools_key, self._tools_bytes, self._tools_json = None, None, 0, None
             return
         key = items_key(tools)
         if key is None or (strict, target.name, key) != self._tools_key:
@@ -258,6 +266,8 @@ class Session:
             self._tools = template_tools(target, parse_tools(tools, strict=strict), sent)
             self._tools_key = None if key is None else (strict, target.name, key)
             self._tools_bytes = held_bytes(self._tools) + held_bytes(self._tools_key)
+            # the JSON is kept only for tools known unchanged by their key
+            self._tools_json = None if key is None else KeptJson(self._tools)
 
     def _encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
         """``text``'s ids and token map: the previous ids up to the last safe cut at least

@@ -307,3 +307,39 @@ def test_thirty_turns_with_an_lstrip_token_encode_only_what_each_turn_changed(ma
             assert r.token_ids == fam.render(messages).token_ids
     assert time.monotonic() - started < 60
     assert session.stats.encoded_tokens < 3 * len(r.token_ids)  # linear overall, not quadratic
+
+
+def _weather_tools(description: str) -> list[dict[str, Any]]:
+    parameters = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    function = {"name": "get_weather", "description": description, "parameters": parameters}
+    return [{"type": "function", "function": function}]
+
+
+@pytest.mark.parametrize("target", ["vllm-0.33", "transformers"])
+@pytest.mark.parametrize(("name", "variant"), FAMILIES)
+def test_kept_tools_json_is_replayed_and_dropped_when_a_tool_is_edited_in_place(
+    name: str, variant: str, target: str
+) -> None:
+    """A session keeps its tools' ``tojson`` texts while the tools are exactly the same, and a
+    tool edited in place (the same dict objects) is serialized again: every turn equals cold."""
+    fam = family(name)
+    session = fam.session()
+    tools = _weather_tools("Current weather.")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Oslo?"}]
+    hits = []
+    for turn, description in enumerate(["Current weather.", "Current weather.", "Weather, edited in place."]):
+        tools[0]["function"]["description"] = description
+        messages = [
+            *messages,
+            {"role": "assistant", "content": f"answer {turn}"},
+            {"role": "user", "content": "?"},
+        ]
+        warm = session.render(messages, tools, variant=variant, target=target)
+        cold = fam.render(copy.deepcopy(messages), copy.deepcopy(tools), variant=variant, target=target)
+        assert (warm.text, warm.token_ids, warm.u_end) == (cold.text, cold.token_ids, cold.u_end)
+        assert description in warm.text
+        kept = session._tools_json
+        hits.append(kept.hits if kept is not None else 0)
+    if name in ("qwen3_5", "qwen3"):  # templates that write each tool with ``tojson``
+        # turn 1 reuses turn 0's texts; the edit starts a new memo, which turn 2 fills
+        assert hits[1] > hits[0] == 0 and hits[2] == 0

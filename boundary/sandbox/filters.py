@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, cast
 from boundary.errors import RenderLimitExceeded
 from boundary.sandbox.base import SandboxBase
 from boundary.sandbox.filter_estimates import PER_CHAR, est_tojson
+from boundary.sandbox.kept_json import ACTIVE_KEPT_JSON
 from boundary.sandbox.limits import ACTIVE_DEADLINE, CHUNK, SLOT, SMALL, Estimate
 from boundary.sandbox.sizes import json_quick
 from boundary.sandbox.template_globals import tojson
@@ -29,6 +30,14 @@ _STR_METHODS: dict[str, Callable[..., str]] = {
     "lower": str.lower,
     "capitalize": str.capitalize,
 }
+
+
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 class CheckedFiltersMixin(SandboxBase):
@@ -119,18 +128,33 @@ class CheckedFiltersMixin(SandboxBase):
             separators: Any = None,
             sort_keys: bool = False,
         ) -> str:
+            kept = ACTIVE_KEPT_JSON.get()
+            options = (ensure_ascii, indent, separators, sort_keys)
+            if kept is not None and not _hashable(options):  # e.g. separators given as a list
+                kept = None
+            replayed = None if kept is None else kept.get(x, options)
+            if replayed is not None:  # the same object, unchanged: the same checks, the same text
+                for what, size, built, steps in replayed[0]:
+                    check(what, size, built, steps)
+                return replayed[1]
+            checks: list[tuple[str, int, int, int]] = []
             quick = json_quick(x) if indent is None and separators is None else None
             size = CHUNK
             if quick is not None:  # the common call: a bound from the tree's shape
                 size = (12 if ensure_ascii else 6) * quick[1] + (quick[0] + 1) * 52
                 if size >= SMALL:
+                    checks.append(("the tojson filter", size, size, 0))
                     check("the tojson filter", size, size)
             if size >= CHUNK:
                 size, built, steps = est_tojson(
                     cast("Sandbox", self), [x, ensure_ascii, indent, separators], {}
                 )
+                checks.append(("the tojson filter", size, built, steps))
                 check("the tojson filter", size, built, steps)
-            return tojson(x, ensure_ascii, indent, separators, sort_keys)
+            result = tojson(x, ensure_ascii, indent, separators, sort_keys)
+            if kept is not None:
+                kept.put(x, options, tuple(checks), result)
+            return result
 
         return update_wrapper(checked_tojson, tojson)
 
