@@ -53,6 +53,7 @@ from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availabil
 from boundary_vllm.engine_checks import EngineFacts, check_engine
 from boundary_vllm.hints import SESSION_KEY, CheckpointHints, HintStatus, decode_hints
 from boundary_vllm.ledger import RequestCheckpoints
+from boundary_vllm.recorded_engine import recording_header
 from boundary_vllm.recording import FinishedRequest, TraceRecorder, recorder_from
 from boundary_vllm.retention import CheckpointRetention, install
 from boundary_vllm.server_render import GenerationSuffixes, load_server_family
@@ -128,6 +129,7 @@ class BoundaryCheckpointsMixin:
             self.boundary_settings.record_path,
             max_records=self.boundary_settings.record_max_records,
             max_bytes=self.boundary_settings.record_max_bytes,
+            header=recording_header(self),
         )
         self._served: dict[str, tuple[int, str]] = {}  # request -> (hit, kind), kept while recording
         self._exported = CheckpointCounters()
@@ -345,8 +347,10 @@ def _finished(
     """The record of a finished request (built on the recorder's thread); ``lengths``: its
     prompt and total token counts at finish; ``arrival_s``: vLLM's ``Request.arrival_time``."""
     num_prompt_tokens, num_tokens = lengths
+    named = (extra_args or {}).get(SESSION_KEY)
     return FinishedRequest(
-        session=str((extra_args or {}).get(SESSION_KEY) or request_id),
+        session=str(named or request_id),
+        session_named=bool(named),
         prompt_token_ids=prompt_token_ids,
         output_token_ids=output_token_ids,
         u_end=plan.request.u_end if plan is not None else None,
