@@ -13,7 +13,7 @@ Five workloads, each request sent in conversation order:
 - ``prose``: MT-bench's 80 two-turn conversations (GPT-4's reference answers where MT-bench
   ships them, seeded synthetic prose otherwise; ``boundary.experiment.workloads.mt_bench``):
   long user and assistant messages, few turns; one request before each assistant message;
-- ``sharegpt``: 100 ShareGPT-like prose chats of 3-8 user turns (``sharegpt_like``), drawn
+- ``sharegpt``: 100 ShareGPT-like prose chats of 3-8 user turns (``mt_bench.sharegpt_like``), drawn
   at random from MT-bench's question turns, so that no conversation is one tuned to;
 - ``long-agent``: the tau-bench trajectories chained into one agent conversation past 128k
   tokens, every request through one session, the requests just under 8k, 64k and 128k tokens
@@ -93,14 +93,8 @@ import jinja2
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 import boundary
-from boundary.datasets import (
-    mt_bench_questions,
-    mt_bench_reference_answers,
-    tau_bench_airline,
-    tau_bench_airline_tools,
-)
+from boundary.datasets import tau_bench_airline, tau_bench_airline_tools
 from boundary.experiment.workloads import mt_bench
-from boundary.experiment.workloads.script import session_rng, synthetic_reasoning
 from boundary.prefixes import common_prefix_length
 from boundary.sandbox import RenderLimits
 from boundary.segment_cache import SegmentCache
@@ -126,31 +120,6 @@ Row = tuple[int, bool, list[float]]  # (messages, opens its conversation, second
 Request = tuple[str, list[dict[str, Any]], list[dict[str, Any]] | None]  # (conversation, messages, tools)
 
 
-def sharegpt_like(conversations: int = 100, seed: int = 0) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Prose chats shaped like ShareGPT traffic, none of them tuned to: 3-8 user turns, each an
-    MT-bench question turn drawn at random (seeded), answered by MT-bench's GPT-4 reference
-    where it ships one, else by seeded synthetic prose."""
-    questions = mt_bench_questions()
-    answers = mt_bench_reference_answers()
-    vocabulary = " ".join(t for a in answers.values() for t in a).split()
-    out = []
-    for c in range(conversations):
-        name = f"sharegpt_like_{c:03d}"
-        rng = session_rng(seed, name, "turns")
-        messages: list[dict[str, Any]] = []
-        for _ in range(rng.randint(3, 8)):
-            q = rng.choice(questions)
-            turn = rng.randrange(len(q["turns"]))
-            reference = answers.get(q["question_id"])
-            reply = reference[turn] if reference else synthetic_reasoning(rng, vocabulary, (60, 400))
-            messages += [
-                {"role": "user", "content": q["turns"][turn]},
-                {"role": "assistant", "content": reply},
-            ]
-        out.append((name, messages))
-    return out
-
-
 def _requests(workload: str, trajectories: int) -> Iterator[Request]:
     """(conversation id, request, tools) in conversation order: one request per assistant turn.
     ``tau`` and ``tau-tools`` are the same requests, the second with the trajectories' tool
@@ -159,7 +128,7 @@ def _requests(workload: str, trajectories: int) -> Iterator[Request]:
     if workload in ("tau", "tau-tools"):
         conversations = [(f"tau-{t}", traj) for t, traj in enumerate(tau_bench_airline()[:trajectories])]
     elif workload == "sharegpt":
-        conversations = sharegpt_like()
+        conversations = [(c.name, c.messages) for c in mt_bench.sharegpt_like(100)]
     elif workload == "prose":
         conversations = [(s.name, s.messages) for s in mt_bench.scripts()]
     else:

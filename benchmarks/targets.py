@@ -28,12 +28,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from boundary.datasets import mt_bench_questions, mt_bench_reference_answers
+from boundary.experiment.workloads.mt_bench import sharegpt_like as sharegpt_like_scripts
 from boundary.experiment.workloads.script import (
     SessionScript,
     client_history,
-    session_rng,
-    synthetic_reasoning,
     with_reasoning,
 )
 
@@ -45,23 +43,9 @@ TARGETS = (("chat_aware", ("main_sparse", "input_end", "decode_end")), ("horizon
 
 def sharegpt_like(path: Path, sessions: int, client: str, seed: int = 0) -> Path:
     """Write a ShareGPT-like trace (chat requests, ``output.message``) to ``path``."""
-    questions = mt_bench_questions()
-    answers = mt_bench_reference_answers()
-    vocabulary = " ".join(t for a in answers.values() for t in a).split()
     lines = []
-    for s in range(sessions):
-        name = f"sharegpt_like_{s:03d}"
-        rng = session_rng(seed, name, "turns")
-        messages: list[dict[str, Any]] = []
-        for _ in range(rng.randint(3, 8)):
-            q = rng.choice(questions)
-            turn = rng.randrange(len(q["turns"]))
-            reference = answers.get(q["question_id"])
-            reply = reference[turn] if reference else synthetic_reasoning(rng, vocabulary, (60, 400))
-            messages += [
-                {"role": "user", "content": q["turns"][turn]},
-                {"role": "assistant", "content": reply},
-            ]
+    for shaped in sharegpt_like_scripts(sessions, seed):
+        name, messages = shaped.name, shaped.messages
         script = with_reasoning(SessionScript(name, messages), seed, (40, 240))
         for i, m in enumerate(script.messages):
             if m["role"] == "assistant":
