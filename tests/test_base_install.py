@@ -137,7 +137,7 @@ def test_tests_run_with_only_the_base_and_test_extras(base_env: tuple[dict[str, 
     assert done.returncode == 0, out[-4000:]
     skips = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
     assert any("prometheus_client is not installed" in line for line in skips), out[-4000:]
-    assert any("vLLM 0.33.0 is not installed" in line for line in skips), out[-4000:]
+    assert any("vLLM is not installed" in line for line in skips), out[-4000:]
     # marked ``vllm`` (conftest skips it) and importing the plugin only inside its tests
     assert any("test_vllm_policy_rules.py" in line for line in skips), out[-4000:]
     assert " passed" in out.splitlines()[-1], out[-4000:]

@@ -166,6 +166,4 @@ def test_the_vllm_tests_skip_with_the_reason_when_vllm_is_absent() -> None:
     skips = [line for line in done.stdout.splitlines() if line.startswith("SKIPPED")]
     assert any("test_vllm_scheduler.py" in line for line in skips)  # a module importing vLLM at its top
     assert any("test_vllm_decode_end.py:" in line for line in skips)  # a test marked vllm
-    assert all(
-        line.endswith("vLLM 0.33.0 is not installed (scripts/test and CI install it)") for line in skips
-    )
+    assert all(line.endswith("vLLM is not installed (scripts/test and CI install it)") for line in skips)

@@ -16,7 +16,7 @@ from functools import cache
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
+pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI install it)")
 
 
 from boundary.outputs.arguments import convert_parameter

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
+pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI install it)")
 
 from boundary.datasets import tau_bench_airline_tools
 from boundary.outputs import format_output, parse_output

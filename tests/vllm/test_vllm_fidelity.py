@@ -25,7 +25,7 @@ from functools import cache
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
+pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI install it)")
 
 from boundary_vllm.decode_end import committed_end
 from boundary_vllm.prediction import ModelShape, Observed, predicted_hits

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("vllm", reason="vLLM 0.33.0 is not installed (scripts/test and CI install it)")
+pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI install it)")
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
 
