@@ -128,3 +128,19 @@ def _reference_message(m: dict[str, Any], reasoning_field: str, as_text: bool) -
         calls.append({**call, "type": "function", "function": {**call["function"], "arguments": arguments}})
     m["tool_calls"] = calls
     return m
+
+
+# One function tool, the weather lookup the hand-written output cases call.
+WEATHER_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+            },
+        },
+    }
+]

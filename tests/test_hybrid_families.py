@@ -17,22 +17,17 @@ import pytest
 import boundary
 from boundary.divergence import Cause
 from boundary.horizon import stability_horizon
-from tests.support import FIXED_NOW, family, fixed_strftime, reference_request, reference_tokenizer
+from tests.support import (
+    FIXED_NOW,
+    WEATHER_TOOLS,
+    family,
+    fixed_strftime,
+    reference_request,
+    reference_tokenizer,
+)
 
 USER = [{"role": "user", "content": "Weather in Oslo?"}]
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            },
-        },
-    }
-]
+TOOLS = WEATHER_TOOLS
 
 
 def _call(arguments: str, call_id: str = "call0") -> dict[str, Any]:

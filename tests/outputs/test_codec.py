@@ -25,21 +25,9 @@ from boundary.outputs import (
     output_format,
     parse_output,
 )
-from tests.support import FIXED_NOW, family, fixture_cases, shipped_variants
+from tests.support import FIXED_NOW, WEATHER_TOOLS, family, fixture_cases, shipped_variants
 
-HAND_TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "description": "Weather for a city.",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            },
-        },
-    }
-]
+HAND_TOOLS = WEATHER_TOOLS
 CALL = {
     "role": "assistant",
     "reasoning_content": "Need the weather.",
