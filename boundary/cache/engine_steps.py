@@ -248,7 +248,9 @@ class EngineSteps:
         if not self.config.output_reuse:
             cacheable = min(cacheable, request.num_prompt_tokens // block)
         for entry in flight.table[: min(cache_end // block, cacheable)]:
-            if not entry.keys and entry.creator == request.rid:
+            # a block keyed by an alias so far (the prompt tail) is cached full once it fills
+            full = request.prefix[entry.position // g.unit - 1]
+            if full not in entry.keys and entry.creator == request.rid:
                 self.host.blocks.cache_full(entry, request.prefix)
         tail = prompt_checkpoint_position(request.num_prompt_tokens, g.unit)  # FullAttentionManager's alias
         if (

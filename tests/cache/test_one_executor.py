@@ -1,0 +1,48 @@
+"""The page-by-page pool is the cache model: worked by hand, and the byte-LRU what-if agrees
+with it wherever nothing is evicted."""
+
+from __future__ import annotations
+
+import pytest
+
+from boundary.cache import CacheRequest, PrefixHasher
+from boundary.retention_policy import DecodeStates, EngineGeometry, RequestBoundaries, decide, may_keep_decode
+from tests.cache.conftest import geometry
+
+SYSTEM = list(range(1000, 1016))  # two whole blocks of 8
+
+
+def _run(cache, rid: int, prompt: list[int], output: list[int], variant: str, now: float):
+    """Admit and finish one request under ``variant`` (D_end: the token before the stop)."""
+    g = cache.geometry
+    engine = EngineGeometry(g.block_size, g.unit, DecodeStates.BLOCK, True)
+    request = CacheRequest.from_tokens(rid, prompt + output, len(prompt), PrefixHasher(g.unit))
+    n = len(prompt)
+    before = RequestBoundaries(n, None, None, 1.0)
+    after = RequestBoundaries(n, None, n + len(output) - 1, 1.0)
+    tentative = may_keep_decode(variant, before, engine)
+    admission = cache.admit(request, decide(variant, before, engine), now, tentative_decode=tentative)
+    cache.check_invariants()
+    cache.finish(rid, now + 1, decide(variant, after, engine))
+    cache.check_invariants()
+    return admission
+
+
+@pytest.mark.parametrize("engine_steps", [True, False], ids=["page_by_page", "byte_lru"])
+def test_a_decode_state_in_the_block_the_prompt_tail_aliased_is_served_with_that_block(
+    make_cache, engine_steps
+):
+    """Block 8, unit 2. Request 0: 21 prompt tokens, 10 output tokens (31 in all, 30 computed).
+    Its prompt tail (20) keys block 2 (tokens 16-23) as an alias while it is partly filled;
+    the decode fills it, so it is cached under its full prefix id (24) too, as vLLM caches every
+    full block of generated tokens. ``decode_end`` keeps P_end's twin (16) and D_end's block
+    state (floor(30 / 8) * 8 = 24). Request 1 continues the whole output: attention matches
+    blocks 0-2 (24 tokens) and the D_end state at 24, so it resumes at 24 (before: block 2
+    answered only for 20, and the hit fell back to the twin at 16)."""
+    cache = make_cache(geometry(block=8, unit=2, state_pages=1), 100_000.0, engine_steps=engine_steps)
+    prompt, output = [*SYSTEM, *range(1, 6)], list(range(100, 110))
+    first = _run(cache, 0, prompt, output, "decode_end", 0.0)
+    assert [s.position for s in first.created] == [16]
+    hit = _run(cache, 1, prompt + output[:-1] + list(range(200, 205)), [7], "decode_end", 2.0).hit
+    assert (hit.attention, hit.recurrent, hit.joint) == (24, 24, 24)
+    assert hit.state is not None and hit.state.labels == ("decode_end",)
