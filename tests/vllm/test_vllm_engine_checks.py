@@ -1,5 +1,5 @@
 """Configuration cross-checks when vLLM builds a boundary scheduler, and what the plugin logs:
-vLLM 0.33.0's real scheduler classes, built as ``--scheduler-cls`` builds them."""
+vLLM's real scheduler classes, built as ``--scheduler-cls`` builds them."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI install it)")
 
-from boundary_vllm.engine_checks import ConfigurationError
+from boundary_vllm.engine_checks import AUTO_SCHEDULER, ConfigurationError, EngineFacts, check_engine
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
-from boundary_vllm.scheduler import AsyncBoundaryScheduler, BoundaryScheduler
+from boundary_vllm.scheduler import AsyncBoundaryScheduler, AutoBoundaryScheduler, BoundaryScheduler
+from boundary_vllm.settings import read_settings
 from vllm.config import SpeculativeConfig
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.structured_output import StructuredOutputManager
 
 from boundary.retention_policy import Variant
@@ -54,12 +56,40 @@ def build(cls: type, run: Replay):
 def test_the_async_class_without_async_scheduling_is_refused_and_the_reverse():
     sync = Replay(EngineShape(async_scheduling=False))
     with pytest.raises(
-        ConfigurationError, match=r"async scheduling, which is off .*scheduler\.BoundaryScheduler$"
+        ConfigurationError,
+        match=r"needs async scheduling, but .*: use boundary_vllm\.scheduler\.AutoBoundaryScheduler",
     ):
         build(AsyncBoundaryScheduler, sync)
     asynchronous = Replay(EngineShape(async_scheduling=True))
-    with pytest.raises(ConfigurationError, match=r"async scheduling is on: use .*AsyncBoundaryScheduler"):
+    with pytest.raises(ConfigurationError, match=r"schedules asynchronously: use .*AutoBoundaryScheduler"):
         build(BoundaryScheduler, asynchronous)
+
+
+def test_a_refusal_on_the_cpu_build_names_the_platform_not_a_flag_the_user_never_passed():
+    facts = EngineFacts("boundary_vllm.scheduler.AsyncBoundaryScheduler", True, False, platform="cpu")
+    with pytest.raises(ConfigurationError) as refused:
+        check_engine(facts, read_settings({}))
+    assert "vLLM's CPU platform turns async scheduling off itself" in str(refused.value)
+    assert "--no-async-scheduling" not in str(refused.value)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_the_one_documented_class_builds_the_scheduler_the_engine_resolved(asynchronous):
+    """vLLM resolves ``--scheduler-cls`` by name and builds it as its engine core does; the
+    object is the matching boundary scheduler, active, and passes every check."""
+    run = Replay(EngineShape(async_scheduling=asynchronous))
+    run.vllm_config.scheduler_config.scheduler_cls = AUTO_SCHEDULER
+    cls = run.vllm_config.scheduler_config.get_scheduler_cls()
+    assert cls is AutoBoundaryScheduler
+    scheduler = build(cls, run)
+    assert type(scheduler) is (AsyncBoundaryScheduler if asynchronous else BoundaryScheduler)
+    assert scheduler.boundary_retention is not None
+    assert isinstance(scheduler, AsyncScheduler) is asynchronous
+
+
+def test_the_documented_class_without_a_vllm_config_says_what_it_needs():
+    with pytest.raises(TypeError, match="needs vLLM's vllm_config"):
+        AutoBoundaryScheduler()
 
 
 def ngram(run: Replay) -> SpeculativeConfig:

@@ -9,7 +9,7 @@ Frontend side (no vLLM needed): ``chat_request`` renders with boundary and build
 OpenAI-compatible chat body that sends vLLM exactly those tokens
 (``kv_transfer_params["prompt_token_ids"]``) plus the U_end / P_end hints (``vllm_xargs``).
 
-Engine side (``--scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler``): see
+Engine side (``--scheduler-cls boundary_vllm.scheduler.AutoBoundaryScheduler``): see
 ``boundary_vllm.scheduler``. It extends non-public vLLM classes, so importing the engine side
 (``boundary_vllm.scheduler``, ``boundary_vllm.retention``, ``boundary_vllm.replay``) with any
 vLLM other than the supported builds (``pin``) fails there, with the reason; the frontend side

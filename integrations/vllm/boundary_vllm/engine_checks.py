@@ -4,8 +4,10 @@ would run wrongly under is refused with the fix named; one under which it cannot
 Where it sits: the engine end, at construction: ``boundary_vllm.scheduler`` runs these checks when
 vLLM builds it; it imports only ``settings``.
 
-- The scheduler class must match ``scheduler_config.async_scheduling``: the async class feeds
-  output placeholders the sync engine loop never resolves, and the reverse.
+- The scheduler class must match ``scheduler_config.async_scheduling`` as vLLM resolved it: the
+  async class feeds output placeholders the sync engine loop never resolves, and the reverse.
+  ``AutoBoundaryScheduler`` always matches; a refusal names who turned async scheduling off
+  (vLLM's CPU platform does it itself).
 - Speculative decoding is refused unless ``allow_speculative_decoding`` opts in: the plugin's
   decode-side states and the worker's state moves after a verify step were never checked
   (accepted, it is logged as unverified).
@@ -35,14 +37,16 @@ class ConfigurationError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class EngineFacts:
-    """What the checks read from vLLM's config. ``speculative``: the speculative method (None:
-    off); ``block_size`` / ``hit_unit``: the align-mode block and ``prefix_match_unit`` where
-    the plugin is active (None: inactive, it behaves as upstream)."""
+    """What the checks read from vLLM's config. ``async_scheduling``: as vLLM resolved it (the
+    platform's hook has the last word: vLLM's CPU build turns it off itself); ``speculative``:
+    the speculative method (None: off); ``block_size`` / ``hit_unit``: the align-mode block and
+    ``prefix_match_unit`` where the plugin is active (None: inactive, it behaves as upstream)."""
 
     scheduler_class: str
     scheduler_is_async: bool
     async_scheduling: bool
     speculative: str | None = None
+    platform: str = ""  # vLLM's ``current_platform.device_type`` ("cpu", "cuda", ...)
     block_size: int | None = None
     hit_unit: int | None = None
 
@@ -68,6 +72,30 @@ def metrics_warning(environ: Mapping[str, str], *, child_process: bool, log_inte
     )
 
 
+AUTO_SCHEDULER = "boundary_vllm.scheduler.AutoBoundaryScheduler"
+
+
+def _class_mismatch(facts: EngineFacts) -> str:
+    """Why a boundary scheduler class does not fit the engine's resolved async scheduling, with
+    who decided it: the platform (the CPU build always schedules synchronously) or the flags."""
+    if facts.async_scheduling:
+        return (
+            f"--scheduler-cls {facts.scheduler_class} is the synchronous scheduler but this engine "
+            f"schedules asynchronously: use {AUTO_SCHEDULER}, which follows the engine's setting "
+            "(or pass --no-async-scheduling)"
+        )
+    decided = (
+        "vLLM's CPU platform turns async scheduling off itself"
+        if facts.platform == "cpu"
+        else f"async scheduling is off on this engine (platform {facts.platform or 'unknown'}: "
+        "--no-async-scheduling, or the platform or executor turned it off)"
+    )
+    return (
+        f"--scheduler-cls {facts.scheduler_class} needs async scheduling, but {decided}: use "
+        f"{AUTO_SCHEDULER}, which follows the engine's setting"
+    )
+
+
 def check_engine(
     facts: EngineFacts,
     settings: IntegrationSettings,
@@ -79,17 +107,8 @@ def check_engine(
     the warnings to log for one it runs under without effect, unverified or unobserved.
     ``environ`` / ``child_process``: this process's environment and whether a parent process
     started it (default: read from this process)."""
-    if facts.scheduler_is_async and not facts.async_scheduling:
-        raise ConfigurationError(
-            f"--scheduler-cls {facts.scheduler_class} needs async scheduling, which is off "
-            "(--no-async-scheduling): use boundary_vllm.scheduler.BoundaryScheduler"
-        )
-    if not facts.scheduler_is_async and facts.async_scheduling:
-        raise ConfigurationError(
-            f"--scheduler-cls {facts.scheduler_class} is the synchronous scheduler but async "
-            "scheduling is on: use boundary_vllm.scheduler.AsyncBoundaryScheduler (or pass "
-            "--no-async-scheduling)"
-        )
+    if facts.scheduler_is_async != facts.async_scheduling:
+        raise ConfigurationError(_class_mismatch(facts))
     warnings: list[str] = []
     if facts.block_size is None:
         return warnings

@@ -1,10 +1,12 @@
 # ruff: noqa: E402  (the vLLM version is checked before vLLM is imported)
-"""vLLM schedulers that keep boundary's checkpoints. Load one with
+"""vLLM schedulers that keep boundary's checkpoints. Load them with
 
-    vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler \\
+    vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AutoBoundaryScheduler \\
         --additional-config '{"boundary": {"policy": "both"}}'
 
-(``BoundaryScheduler`` when async scheduling is off). Per request, from the hints in
+``AutoBoundaryScheduler`` builds ``AsyncBoundaryScheduler`` or ``BoundaryScheduler`` as the
+engine's resolved ``scheduler_config.async_scheduling`` says (a platform may have turned async
+scheduling off itself, as vLLM's CPU build does). Per request, from the hints in
 ``vllm_xargs`` (or, for server-rendered prompts, the recognised generation prompt), the
 configured policy variant of ``boundary.retention_policy`` decides which states to keep
 (``retention`` executes it):
@@ -41,6 +43,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from vllm.logger import init_logger
+from vllm.platforms import current_platform
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -150,6 +153,7 @@ class BoundaryCheckpointsMixin:
             scheduler_is_async=isinstance(self, AsyncScheduler),
             async_scheduling=bool(self.scheduler_config.async_scheduling),
             speculative=None if speculative is None else str(speculative.method),
+            platform=str(current_platform.device_type),
             block_size=retention.block_size if retention is not None else None,
             hit_unit=retention.hit_unit if retention is not None else None,
         )
@@ -371,6 +375,26 @@ def _prometheus() -> PrometheusExport:
     if _EXPORT is None:
         _EXPORT = PrometheusExport()
     return _EXPORT
+
+
+def scheduler_class_for(vllm_config: Any) -> type[BoundaryCheckpointsMixin]:
+    """The boundary scheduler class matching ``vllm_config.scheduler_config.async_scheduling``
+    as vLLM resolved it (the platform hook and the executor have had their say by then)."""
+    asynchronous = bool(vllm_config.scheduler_config.async_scheduling)
+    return AsyncBoundaryScheduler if asynchronous else BoundaryScheduler
+
+
+class AutoBoundaryScheduler:
+    """The one class to name in ``--scheduler-cls``: building it builds ``AsyncBoundaryScheduler``
+    when the engine schedules asynchronously and ``BoundaryScheduler`` when it does not. The object
+    vLLM gets is an instance of that class, never of this one (so ``__init__`` runs once, the
+    chosen class's, and every configuration check sees the real scheduler)."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        vllm_config = kwargs["vllm_config"] if "vllm_config" in kwargs else args[0] if args else None
+        if vllm_config is None:
+            raise TypeError("AutoBoundaryScheduler needs vLLM's vllm_config, as vLLM's engine core passes it")
+        return scheduler_class_for(vllm_config)(*args, **kwargs)
 
 
 class BoundaryScheduler(BoundaryCheckpointsMixin, Scheduler):

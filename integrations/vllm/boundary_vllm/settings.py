@@ -1,6 +1,6 @@
 """Engine-side configuration, read from vLLM's ``--additional-config``:
 
-    vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AsyncBoundaryScheduler \\
+    vllm serve MODEL --scheduler-cls boundary_vllm.scheduler.AutoBoundaryScheduler \\
         --additional-config '{"boundary": {"policy": "both"}}'
 
 Where it sits: the engine end, configuration: ``scheduler`` and ``engine_checks`` read it; it
