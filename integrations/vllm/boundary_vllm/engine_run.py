@@ -308,6 +308,9 @@ class EngineShape:
     # hosts store the model's dtype, so the same model gets another block on another CPU.
     ssm_state_dtype: str | None = None
     settings: dict[str, Any] = field(default_factory=dict)  # further ``additional_config["boundary"]``
+    # vLLM's ``block_size`` (None: the platform's): the least block vLLM may derive; a model whose
+    # recurrent page fits this many attention tokens keeps it (``tiny_models.shaped_config``).
+    block_size: int | None = None
 
 
 def _scheduler_cls(shape: EngineShape) -> type:
@@ -333,6 +336,8 @@ class EngineRun:
         )
         if shape.ssm_state_dtype is not None:
             memory["mamba_ssm_cache_dtype"] = shape.ssm_state_dtype
+        if shape.block_size is not None:
+            memory["block_size"] = shape.block_size
         self.llm = LLM(
             model=str(model),
             dtype="bfloat16",

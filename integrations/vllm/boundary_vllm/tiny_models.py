@@ -14,6 +14,10 @@ fingerprint (config, seed, vocabulary and template) matches, and is rebuilt othe
   a few MoE experts (vLLM's Qwen3-Next needs MoE layers); GDN on CPU needs bf16 and a linear
   head dimension its kernel supports (128).
 - ``mamba2``: ``NemotronHForCausalLM``, Mamba-2 / attention / MLP layers.
+- ``gdn@B`` (``shaped_kind``): the ``gdn`` model with the value heads from which vLLM's CPU
+  build, started at its attention kernel's alignment (``block_size=32``), derives ``B`` itself
+  (``shaped_config``): a target model's block, its state filling the page as a real hybrid
+  model's does; ``max_position_embeddings`` raised for long sessions.
 
 Random weights make the outputs meaningless but deterministic. Two changes to the random
 initialisation make what the model predicts depend on its whole recurrent state, so that a
@@ -88,12 +92,70 @@ CONFIGS: dict[str, dict[str, Any]] = {
 }
 
 
+# The shaped GDN model's page arithmetic (bf16 states, vLLM's GDN state shapes): one attention
+# token is K and V of 2 heads x 64 dims x 2 bytes; a value head holds a 128 x 128 state and adds
+# 128 conv channels, the key head's 2 x 128 conv channels come once; a conv channel keeps
+# (kernel - 1) positions.
+ATTENTION_TOKEN_BYTES = 2 * 2 * 64 * 2
+VALUE_STATE_BYTES = 128 * 128 * 2
+# vLLM's CPU attention backend takes blocks in multiples of 32 tokens (its kernel block); an engine
+# started with ``block_size=32`` derives the least multiple of 32 whose attention page holds
+# the recurrent page, as a GPU engine does at its backend's alignment.
+CPU_BLOCK_ALIGNMENT = 32
+SHAPED_MAX_POSITIONS = 65536
+
+
+def shaped_kind(block_size: int) -> str:
+    """The tiny model kind from which vLLM's CPU build derives ``block_size`` (``shaped_config``)."""
+    return f"gdn@{block_size}"
+
+
+def recurrent_page_bytes(value_heads: int, conv_kernel: int) -> int:
+    """One GDN layer's state bytes (bf16): the recurrent state and the conv state."""
+    return value_heads * VALUE_STATE_BYTES + (2 * 128 + 128 * value_heads) * (conv_kernel - 1) * 2
+
+
+def derived_block(state_bytes: int, alignment: int = CPU_BLOCK_ALIGNMENT) -> int:
+    """The block vLLM derives for a recurrent page of ``state_bytes`` at ``alignment``: the least
+    multiple of it whose attention page holds the state."""
+    return alignment * -(-state_bytes // (alignment * ATTENTION_TOKEN_BYTES))
+
+
+def shaped_config(block_size: int) -> dict[str, Any]:
+    """``gdn`` with the value heads and conv kernel from which vLLM's CPU build derives
+    ``block_size`` (the state then fills most of the page, as a real hybrid model's does);
+    ``ValueError`` naming why when none does (a block not a multiple of 32, or too small)."""
+    if block_size % CPU_BLOCK_ALIGNMENT:
+        raise ValueError(
+            f"block {block_size}: vLLM's CPU attention backend aligns blocks to {CPU_BLOCK_ALIGNMENT} "
+            f"tokens, so no CPU engine derives {block_size} (a GPU backend aligned to 16 can)"
+        )
+    for heads in range(64, 0, -1):
+        for kernel in (4, 3, 2):
+            if derived_block(recurrent_page_bytes(heads, kernel)) == block_size:
+                return {
+                    **CONFIGS["gdn"],
+                    "linear_num_value_heads": heads,
+                    "linear_conv_kernel_dim": kernel,
+                    "max_position_embeddings": SHAPED_MAX_POSITIONS,
+                }
+    raise ValueError(f"block {block_size}: no tiny GDN model (1-64 value heads) derives it")
+
+
+def _config(kind: str) -> dict[str, Any]:
+    base, _, block = kind.partition("@")
+    if base == "gdn" and block.isdigit():
+        return shaped_config(int(block))
+    if kind not in CONFIGS:
+        raise ValueError(f"unknown tiny model {kind!r}; known: {', '.join(CONFIGS)}, gdn@BLOCK")
+    return CONFIGS[kind]
+
+
 def model_dir(kind: str, root: Path | None = None) -> Path:
     """A directory holding the tiny ``kind`` model, its tokenizer and chat template (built once)."""
-    if kind not in CONFIGS:
-        raise ValueError(f"unknown tiny model {kind!r}; known: {', '.join(CONFIGS)}")
+    _config(kind)  # refuses an unknown kind
     fingerprint = _fingerprint(kind)
-    target = (root or cache_dir() / "engine-models") / f"{kind}-{fingerprint[:16]}"
+    target = (root or cache_dir() / "engine-models") / f"{kind.replace('@', '-b')}-{fingerprint[:16]}"
     stamp = target / "boundary-model.json"
     if stamp.is_file() and json.loads(stamp.read_text(encoding="utf-8")).get("fingerprint") == fingerprint:
         return target
@@ -111,7 +173,7 @@ def model_dir(kind: str, root: Path | None = None) -> Path:
 def _fingerprint(kind: str) -> str:
     family = boundary.load_family(FAMILY)
     parts = {
-        "config": CONFIGS[kind],
+        "config": _config(kind),
         "seed": SEED,
         "recurrent_out_scale": RECURRENT_OUT_SCALE,
         "recurrent_a_log": RECURRENT_A_LOG,
@@ -125,12 +187,13 @@ def _build(kind: str, target: Path) -> None:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    spec = dict(CONFIGS[kind])
+    spec = dict(_config(kind))
     config = AutoConfig.for_model(spec.pop("model_type"), **spec)
     torch.manual_seed(SEED)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
     with torch.no_grad():
-        scaled = [w for name, w in model.named_parameters() if name.endswith(RECURRENT_OUT[kind])]
+        suffix = RECURRENT_OUT[kind.partition("@")[0]]
+        scaled = [w for name, w in model.named_parameters() if name.endswith(suffix)]
         if not scaled:
             raise RuntimeError(f"no recurrent output projection in the {kind} model")
         for weight in scaled:
