@@ -34,6 +34,7 @@ from typing import Protocol
 
 from boundary.cache.accounting import CacheGeometry, cdiv
 from boundary.cache.blocks import AttentionBlocks
+from boundary.cache.budget import StateBudget
 from boundary.cache.chunking import prefill_chunk_ends, prompt_checkpoint_position
 from boundary.cache.lookup import Hit
 from boundary.cache.memory import Arena, Entry, EntryKind
@@ -54,6 +55,7 @@ class StepHost(Protocol):
     states: RecurrentStates
     working: Arena
     stats: CacheStats
+    budget: StateBudget | None
     _in_flight: dict[int, InFlight]
 
     def _allocate(self, kind: EntryKind, nbytes: int, position: int, creator: int, now: float) -> Entry: ...
@@ -65,6 +67,12 @@ class StepHost(Protocol):
     def _create_state(
         self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
     ) -> Entry: ...
+
+    def _admit_state(
+        self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float
+    ) -> Entry | None: ...
+
+    def budget_room(self, kinds: tuple[str, ...], now: float) -> bool: ...
 
     def _cached_already(self, planned: PlannedState, request: CacheRequest) -> bool: ...
 
@@ -162,7 +170,7 @@ class EngineSteps:
         first, then its Mamba pages."""
         self.end_step()
         self._run_to_end(flight, now)
-        created = self._settle(flight, final)
+        created = self._settle(flight, final, now)
         for block in reversed(flight.table):
             self.host._release(block, now)
         for page in sorted(flight.running, key=lambda e: -self.page_index(e)):
@@ -190,29 +198,33 @@ class EngineSteps:
             self.end_step()
         for planned in flight.pending:  # keyed on the running page, which nothing copies now
             page = flight.running[-1]
-            if page.kind is EntryKind.SCRATCH:
-                self.make_state(page, planned, request)
+            if page.kind is EntryKind.SCRATCH and self.make_state(page, planned, request, now=now):
                 flight.created.append(page)
         flight.pending = []
 
-    def _settle(self, flight: InFlight, final: Decision) -> tuple[Entry, ...]:
-        """Un-key what ``final`` no longer keeps; the decode keep it names, if tentatively held."""
+    def _settle(self, flight: InFlight, final: Decision, now: float) -> tuple[Entry, ...]:
+        """Un-key what ``final`` no longer keeps; keep the decode keeps it names among the
+        tentatively held boundaries (each admitted to the checkpoint budget now, or refused)."""
         stats = self.host.stats
         kept = set(final.prefill_positions)
         for state in flight.created:
             if state.position not in kept and "reactive" not in state.labels and state.keys:
                 self.unkey(state)
                 stats.dropped_states += 1
-        target = next((k for k in final.keeps if k.phase is Phase.DECODE), None)
+        targets = {k.position: k for k in final.keeps if k.phase is Phase.DECODE}
         created = []
         for page in flight.tentative:
-            if target is not None and page.position == target.position and self.config.output_reuse:
-                stats.label(page, tuple(k.value for k in target.kinds))
-                for label in page.labels:
-                    stats.created[label] += 1
-                created.append(page)
-            else:
+            target = targets.get(page.position) if self.config.output_reuse else None
+            kinds = () if target is None else tuple(k.value for k in target.kinds)
+            if target is None or not page.keys or not self.host.budget_room(kinds, now):
                 self.unkey(page)
+                continue
+            stats.label(page, kinds)
+            for label in page.labels:
+                stats.created[label] += 1
+            if self.host.budget is not None:
+                self.host.budget.admit(page)
+            created.append(page)
         return tuple(created)
 
     # -- one step ---------------------------------------------------------------------------
@@ -287,9 +299,10 @@ class EngineSteps:
         """The copies the previous step asked for: sub-block states, a partial hit's state."""
         request = flight.request
         for state in flight.pending:  # vLLM's copy-on-write of a partially keyed running page
-            copy = self.host._create_state(state, request, flight.table, now)
-            flight.created.append(copy)
-            self.hold_until_step_end(copy, now)
+            copy = self.host._admit_state(state, request, flight.table, now)
+            if copy is not None:
+                flight.created.append(copy)
+                self.hold_until_step_end(copy, now)
         flight.pending = []
         if flight.copy_page is not None:  # a partial hit's state, copied into its own page
             page = self.host._allocate(EntryKind.SCRATCH, self.geometry.state_bytes, 0, request.rid, now)
@@ -310,8 +323,8 @@ class EngineSteps:
         keep = flight.planned.get(end)
         if keep is not None:
             if end % block == 0:
-                self.make_state(flight.running[-1], keep, flight.request)
-                flight.created.append(flight.running[-1])
+                if self.make_state(flight.running[-1], keep, flight.request, now=now):
+                    flight.created.append(flight.running[-1])
             else:
                 flight.pending.append(keep)
 
@@ -321,7 +334,7 @@ class EngineSteps:
         held = next((e for e in flight.running if self.page_index(e) == index), None)
         if held is not None and held.kind is EntryKind.SCRATCH:
             tentative = PlannedState(cache_end, ("decode_end",), False, False)
-            self.make_state(held, tentative, flight.request, count=False)
+            self.make_state(held, tentative, flight.request, now=None)
             flight.tentative.append(held)
             if len(flight.tentative) > 2:
                 self.unkey(flight.tentative.pop(0))
@@ -331,6 +344,8 @@ class EngineSteps:
         """vLLM ``evict_blocks``: ``entry`` is no longer findable; unheld, it is freed in place."""
         if not entry.live or not entry.keys:
             return
+        if self.host.budget is not None:
+            self.host.budget.forget(entry)
         self.host.states.drop(entry)
         if entry.refs == 0:
             self.host.working.uncache(entry)
@@ -353,9 +368,14 @@ class EngineSteps:
             self.host._release(entry, now)
 
     def make_state(
-        self, page: Entry, planned: PlannedState, request: CacheRequest, *, count: bool = True
-    ) -> None:
-        """The running ``page`` ended its step at ``planned.position``: it is kept there."""
+        self, page: Entry, planned: PlannedState, request: CacheRequest, *, now: float | None
+    ) -> bool:
+        """The running ``page`` ended its step at ``planned.position``: it is kept there (False:
+        the checkpoint budget refused it; ``now`` None: a tentative decode hold, counted and
+        admitted to the budget only when finish keeps it)."""
+        count = now is not None
+        if now is not None and not self.host.budget_room(planned.kinds, now):
+            return False
         stats = self.host.stats
         if page.kind is EntryKind.SCRATCH:
             page.kind = EntryKind.STATE
@@ -366,3 +386,6 @@ class EngineSteps:
         self.host.states.cache(page, request.prefix)
         for label in page.labels if count else ():
             stats.created[label] += 1
+        if count and self.host.budget is not None:
+            self.host.budget.admit(page)
+        return True

@@ -11,12 +11,14 @@ decision no longer keeps, then releases everything the request held (states firs
 blocks from the tail, as vLLM frees its groups) so that cached entries become evictable in
 LRU order.
 
-Two budget modes: one arena for blocks and states (vLLM's single block pool: equal total
-capacity), or a separate arena of ``checkpoint_budget`` bytes for retained states (an equal
-admitted checkpoint-byte budget), the rest for blocks and running states. Under a budget a
-new retained state evicts unheld retained states least recently used first, and is refused
-(not created, ``stats.budget_refusals``) when the states in-flight requests hold leave no
-room: retained states never exceed the budget (``checkpoints.overcommits`` stays 0).
+Two budget modes: one pool for blocks and states (vLLM's single block pool: equal total
+capacity), or that same pool with the recurrent-state bytes it may keep capped at
+``checkpoint_budget`` (the plan's equal checkpoint-byte budget, ``boundary.cache.budget``:
+blocks keep the whole pool). Under a budget a new kept state evicts unheld kept states least
+recently let go first, and is refused (not kept, ``stats.budget_refusals``) when the states
+in-flight requests hold leave no room; ``budget.exceedances`` counts any admission past it.
+The byte-LRU what-if (``engine_steps`` off) gives the budget an arena of its own instead,
+the rest to blocks (no headline uses it).
 
 ``engine_steps`` (one arena of equal-size pages) replays a request as vLLM 0.33.0's block pool
 runs it, page by page (``boundary.cache.engine_steps``), for eviction that picks vLLM's
@@ -31,6 +33,7 @@ from collections import Counter
 
 from boundary.cache.accounting import cdiv
 from boundary.cache.blocks import AttentionBlocks
+from boundary.cache.budget import StateBudget
 from boundary.cache.chunking import prefill_chunk_ends
 from boundary.cache.engine_steps import EngineSteps
 from boundary.cache.eviction import FreeQueue
@@ -62,7 +65,10 @@ class HybridPrefixCache:
         self.states = RecurrentStates(self.geometry)
         self.stats = CacheStats()
         budget = config.checkpoint_budget_bytes
-        working = config.capacity_bytes - (budget or 0)
+        # page by page the budget caps admitted states inside the one pool (``StateBudget``);
+        # the byte-LRU what-if gives states an arena of their own beside the blocks'
+        split = budget is not None and not config.engine_steps
+        working = config.capacity_bytes - (budget or 0) if split else config.capacity_bytes
         policy = (
             FreeQueue(int(working // self.geometry.pool_page_bytes), self.geometry.pool_page_bytes)
             if config.engine_steps
@@ -70,8 +76,11 @@ class HybridPrefixCache:
         )
         self.working = Arena("working", working, policy, self._evicted)
         self.checkpoints = (
-            self.working if budget is None else Arena("checkpoints", budget, config.eviction(), self._evicted)
+            Arena("checkpoints", budget, config.eviction(), self._evicted)
+            if split and budget is not None
+            else self.working
         )
+        self.budget = StateBudget(budget) if budget is not None and config.engine_steps else None
         self._arena = {
             EntryKind.BLOCK: self.working,
             EntryKind.SCRATCH: self.working,
@@ -160,6 +169,8 @@ class HybridPrefixCache:
         until ``unpin``: a pinned state is never evicted."""
         self._advance(now)
         self.checkpoints.hold(state, now)
+        if self.budget is not None:
+            self.budget.held(state)
         self._pinned[state.eid] += 1
 
     def unpin(self, state: Entry, now: float) -> None:
@@ -191,6 +202,8 @@ class HybridPrefixCache:
         if hit.state is None:
             return []
         self.checkpoints.hold(hit.state, now)
+        if self.budget is not None:
+            self.budget.held(hit.state)
         hit.state.hits += 1
         hit.state.last_hit_at = now
         for label in hit.state.labels:
@@ -260,7 +273,10 @@ class HybridPrefixCache:
         """``_create_state`` under the checkpoint budget's admission rule: with a budget, a state
         is admitted only if it fits beside the states in-flight requests hold (unheld ones are
         evicted LRU to make room); otherwise it is not created, and the refusal is counted
-        under its kind. Retained states therefore never exceed the budget."""
+        under its kind. Retained states therefore never exceed the budget. Page by page the
+        same rule runs inside the one pool (``budget_room``)."""
+        if not self.budget_room(planned.kinds, now):
+            return None
         if self.checkpoints is not self.working:
             held = sum(e.nbytes for e in self.checkpoints.charged if e.refs)
             if held + self.geometry.state_bytes > self.checkpoints.capacity:
@@ -280,7 +296,29 @@ class HybridPrefixCache:
                 self.blocks.cache_alias(table[index], planned.position, request.prefix)
         for label in state.labels:
             self.stats.created[label] += 1
+        if self.budget is not None:
+            self.budget.admit(state)
         return state
+
+    def budget_room(self, kinds: tuple[str, ...], now: float) -> bool:
+        """Page by page under a checkpoint budget: room for one more kept state, made by evicting
+        unheld kept states, least recently let go first; False (the refusal counted under the
+        first of ``kinds``) when the held ones leave none. Always True without a budget."""
+        budget = self.budget
+        if budget is None:
+            return True
+        while not budget.fits(self.geometry.state_bytes):
+            victim = budget.victim()
+            if victim is None:
+                self.stats.budget_refusals[kinds[0] if kinds else "unlabelled"] += 1
+                return False
+            self.stats.evictions[("state", "state")] += 1
+            victim.evicted_at = now
+            self.stats.evicted_states.append(victim)
+            self.states.drop(victim)
+            self.working.uncache(victim)  # its pages free where it stood in the queue
+            self._forget(victim)
+        return True
 
     def _cached_already(self, planned: PlannedState, request: CacheRequest) -> bool:
         return request.prefix[planned.position // self.geometry.unit - 1] in self.states.index
@@ -301,6 +339,8 @@ class HybridPrefixCache:
         self._arena[entry.kind].release(entry, now)
         if not entry.live:
             self._forget(entry)
+        elif self.budget is not None:
+            self.budget.released(entry)
 
     def _evicted(self, entry: Entry, now: float, cause: EntryKind) -> None:
         self.stats.evictions[(entry.kind.name.lower(), cause.name.lower())] += 1
@@ -312,6 +352,8 @@ class HybridPrefixCache:
         self._forget(entry)
 
     def _forget(self, entry: Entry) -> None:
+        if self.budget is not None:
+            self.budget.forget(entry)
         if entry.kind is EntryKind.STATE:
             self.stats.state_bytes -= entry.nbytes
             if entry.labels:
@@ -382,3 +424,12 @@ class HybridPrefixCache:
         counted = self.stats.state_bytes_by_kind
         drift = {k: (counted[k], by_kind[k]) for k in {*counted, *by_kind} if counted[k] != by_kind[k]}
         assert not drift and all(v >= 0 for v in by_kind.values()), f"state bytes by kind drifted: {drift}"
+        if self.budget is not None:
+            self._check_budget(self.budget)
+
+    def _check_budget(self, budget: StateBudget) -> None:
+        admitted = [e for e in self.working.charged if e in budget]
+        assert all(e.kind is EntryKind.STATE and e.keys for e in admitted), "an admitted state is not kept"
+        assert budget.used == sum(e.nbytes for e in admitted), "admitted state bytes drifted"
+        assert budget.used <= budget.capacity or budget.exceedances, "over the budget, uncounted"
+        assert set(budget.unheld) == {e for e in admitted if e.refs == 0}, "unheld admitted states drifted"

@@ -23,8 +23,10 @@ from boundary.retention_policy import Decision, serving_kind
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
-    """``capacity_bytes``: all cache memory. ``checkpoint_budget_bytes``: None for one shared
-    pool; else retained states get exactly this many bytes and blocks the rest.
+    """``capacity_bytes``: all cache memory. ``checkpoint_budget_bytes``: None for no cap on
+    retained states; else, page by page (``engine_steps``), retained states are admitted up to
+    this many bytes inside the one pool (``boundary.cache.budget``: blocks keep the whole pool);
+    under the byte-LRU what-if, retained states get exactly this many bytes and blocks the rest.
     ``max_chunk_tokens``: the scheduler's ``max_num_batched_tokens``. ``output_reuse``: False
     models prefill/decode disaggregation without a decode-to-prefill path: the prefill side
     never sees output KV or output-side states (the policy is told so through its geometry's
@@ -42,10 +44,10 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         budget = self.checkpoint_budget_bytes
-        if budget is not None and not 0 < budget < self.capacity_bytes:
+        if budget is not None and self.engine_steps and not 0 < budget <= self.capacity_bytes:
+            raise ValueError(f"checkpoint budget {budget} must be inside (0, capacity {self.capacity_bytes}]")
+        if budget is not None and not self.engine_steps and not 0 < budget < self.capacity_bytes:
             raise ValueError(f"checkpoint budget {budget} must be inside (0, capacity {self.capacity_bytes})")
-        if self.engine_steps and budget is not None:
-            raise ValueError("engine_steps models vLLM's one block pool: no separate checkpoint budget")
         if self.engine_steps and not math.isfinite(self.capacity_bytes):
             raise ValueError(
                 "engine_steps models a block pool of a fixed number of pages: capacity must be finite"

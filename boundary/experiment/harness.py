@@ -51,11 +51,11 @@ GIB = 2**30
 
 
 class Eviction(StrEnum):
-    """How the cache picks victims under equal total capacity. ``engine_steps``: vLLM's block
-    pool page by page (a state one page per recurrent group, a block one per attention group;
-    ``boundary.cache.engine_steps``); ``byte_lru``: one LRU over byte-sized entries, an
-    approximation (the equal checkpoint-byte budget and ``--decode-states unit`` always run
-    it: vLLM has neither a separate state pool nor decode states at every unit)."""
+    """The cache executor. ``engine_steps``: vLLM's block pool page by page (a state one page per
+    recurrent group, a block one per attention group; ``boundary.cache.engine_steps``), THE
+    model, under both budget modes; ``byte_lru``: one LRU over whole byte-sized entries, a
+    labelled what-if no headline uses (``--decode-states unit``, an engine vLLM is not, runs
+    it too: the page-by-page pool keeps decode states only at block boundaries)."""
 
     ENGINE_STEPS = "engine_steps"
     BYTE_LRU = "byte_lru"
@@ -391,7 +391,7 @@ def run_unit(
     for budget in config.budgets:
         cache_config = base_config
         if budget is BudgetMode.EQUAL_CHECKPOINT_BUDGET:
-            cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes, engine_steps=False)
+            cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes)
         here = _budget_runs(run, cache_config, budget, baseline, names, config.disaggregation, say, runs)
         _add_incremental(here, runs, budget.value)
         metrics += here
@@ -417,13 +417,15 @@ def _candidates(stream: Stream, geometry: CacheGeometry, decode_states: DecodeSt
 def _checkpoint_budget_bytes(config: ExperimentConfig, baseline: Run, geometry: CacheGeometry) -> float:
     """The equal checkpoint-byte budget B: ``checkpoint_budget_gib`` if set, else
     main_sparse's *peak* retained-state bytes under equal capacity (``baseline``: so the
-    baseline keeps what it kept), at least one state and at most 90% of the capacity (so
-    blocks keep some room). Every policy's retained states then share at most B bytes
-    (``HybridPrefixCache``'s admission rule: LRU eviction, refusal when held states fill it)."""
+    baseline keeps what it kept), at least one state and at most the capacity (at most 90% of
+    it under the byte-LRU what-if, whose blocks get the rest). Every policy then admits at most
+    B bytes of kept states, blocks keeping the equal-capacity pool (``boundary.cache.budget``:
+    LRU eviction of unheld kept states, refusal when held ones fill it)."""
     if config.checkpoint_budget_gib is not None:
         return config.checkpoint_budget_gib * GIB
     peak = float(baseline.stats.peak_state_bytes)
-    return min(max(peak, float(geometry.state_bytes)), 0.9 * (config.capacity_gib * GIB))
+    share = 1.0 if page_by_page(config.eviction, config.output_at_unit) else 0.9
+    return min(max(peak, float(geometry.state_bytes)), share * (config.capacity_gib * GIB))
 
 
 def _budget_runs(

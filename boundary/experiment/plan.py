@@ -185,8 +185,10 @@ def producer_age_by_kind(records: Sequence[RequestRecord]) -> dict[str, dict[str
 
 def checkpoint_budget(run: Run) -> dict[str, Any] | None:
     """The equal checkpoint-byte budget as the run kept it (None: no budget): its bytes, the
-    peak retained-state bytes under it, the allocations that went past it (``exceedances``,
-    0 by the admission rule) and the states refused for lack of room, by kind."""
+    peak kept-state bytes under it, the admissions that went past it (``exceedances``, 0 by
+    the admission rule, counted), the states refused for lack of room, by kind, the kept
+    states it evicted to make room, and the pool's over-commits (allocations the pool had no
+    page for: what a real engine would have made wait)."""
     if run.checkpoint_budget_bytes is None:
         return None
     return {
@@ -194,6 +196,8 @@ def checkpoint_budget(run: Run) -> dict[str, Any] | None:
         "peak_bytes": run.peak_checkpoint_bytes,
         "exceedances": run.budget_exceedances or 0,
         "refusals": dict(sorted(run.stats.budget_refusals.items())),
+        "evictions": run.stats.evictions.get(("state", "state"), 0),
+        "pool_overcommits": run.overcommits,
     }
 
 

@@ -259,15 +259,23 @@ def _run(
         overcommits=cache.working.overcommits
         + (cache.checkpoints.overcommits if cache.checkpoints is not cache.working else 0),
         peak_working_bytes=cache.working.peak,
-        peak_checkpoint_bytes=cache.checkpoints.peak,
+        peak_checkpoint_bytes=cache.budget.peak if cache.budget is not None else cache.checkpoints.peak,
         elapsed=elapsed,
         wall_seconds=wall,
         output_reuse=config.output_reuse,
         lifetimes=lifetimes,
         survivors=len(live),
         survivor_ages=[last - e.created_at for e in live],
-        budget_exceedances=cache.checkpoints.overcommits if cache.checkpoints is not cache.working else None,
+        budget_exceedances=_exceedances(cache),
     )
+
+
+def _exceedances(cache: HybridPrefixCache) -> int | None:
+    """Admissions past the checkpoint budget (None: no budget): the pool's state budget, or the
+    byte-LRU what-if's state arena's overcommits."""
+    if cache.budget is not None:
+        return cache.budget.exceedances
+    return cache.checkpoints.overcommits if cache.checkpoints is not cache.working else None
 
 
 def _reachable(request: CacheRequest, producer: CacheRequest, position: int, unit: int) -> bool:

@@ -90,7 +90,7 @@ def markdown(
 
 def budget_line(unit: UnitResult) -> list[str]:
     """The equal checkpoint-byte budget as every policy kept it: exceedances (0 by the
-    admission rule) and the states it refused."""
+    admission rule, counted), the states it refused and the pool's over-commits."""
     runs = [r for r in unit.runs if r.get("checkpoint_budget")]
     if not runs:
         return []
@@ -98,7 +98,8 @@ def budget_line(unit: UnitResult) -> list[str]:
     parts = [
         f"`{r['policy']}` peak {gib(r['checkpoint_budget']['peak_bytes'])}, "
         f"{r['checkpoint_budget']['exceedances']:,} exceedances, "
-        f"{sum(r['checkpoint_budget']['refusals'].values()):,} states refused"
+        f"{sum(r['checkpoint_budget']['refusals'].values()):,} states refused, "
+        f"{r['checkpoint_budget'].get('pool_overcommits', 0):,} pool over-commits"
         for r in runs
     ]
     return [

@@ -13,9 +13,9 @@ from boundary.experiment.report.fmt import gib, tokens
 
 BUDGET_RULE = (
     "main_sparse's peak retained-state bytes at equal capacity unless --checkpoint-budget-gib; every "
-    "policy's retained states, junctions and twins included, share at most B: a new state evicts unheld "
-    "states least recently used first and is refused when held states leave no room; exceedances are "
-    "counted and 0"
+    "policy's kept states, junctions and twins included, are admitted up to B inside the equal-capacity "
+    "pool: a new state evicts unheld kept states least recently let go first and is refused when held "
+    "states leave no room; exceedances are counted (0 by this rule) and the pool's over-commits beside them"
 )
 
 
@@ -109,17 +109,19 @@ def scope(result: ExperimentResult) -> str:
 
 
 def eviction_line(cfg: dict[str, Any]) -> str:
-    """Which eviction model each budget mode ran (``harness.page_by_page``)."""
+    """Which cache executor ran (``harness.page_by_page``): the page-by-page pool, or the
+    byte-LRU what-if, said so."""
     paged = cfg.get("eviction", "byte_lru") == "engine_steps" and not cfg.get("output_at_unit")
-    equal = (
-        "vLLM's block pool page by page (a state one page per recurrent group, a block one per "
-        "attention group, victims from the free queue's head)"
-        if paged
-        else "byte-LRU over whole entries (an approximation of vLLM's block pool)"
-    )
+    if paged:
+        return (
+            "  - cache executor: vLLM's block pool page by page (a state one page per recurrent group, "
+            "a block one per attention group, victims from the free queue's head) under both budget "
+            "modes; equal_checkpoint_budget caps kept-state bytes inside the same pool."
+        )
     return (
-        f"  - eviction: equal_capacity runs {equal}; equal_checkpoint_budget runs byte-LRU in two "
-        "arenas (an approximation: vLLM has no separate state pool)."
+        "  - cache executor: a WHAT-IF, not vLLM: byte-LRU over whole entries (decode states at every "
+        "unit, or --eviction byte_lru); equal_checkpoint_budget gives states an arena of their own "
+        "and blocks the rest. No headline figure comes from this executor."
     )
 
 

@@ -12,11 +12,14 @@ from tests.cache.conftest import geometry
 SYSTEM = list(range(1000, 1016))  # two whole blocks of 8
 
 
-def _run(cache, rid: int, prompt: list[int], output: list[int], variant: str, now: float):
-    """Admit and finish one request under ``variant`` (D_end: the token before the stop)."""
+def _run(
+    cache, hasher: PrefixHasher, rid: int, prompt: list[int], output: list[int], variant: str, now: float
+):
+    """Admit and finish one request under ``variant`` (D_end: the token before the stop);
+    ``hasher``: the one every request of ``cache`` is hashed with (it interns prefix ids)."""
     g = cache.geometry
     engine = EngineGeometry(g.block_size, g.unit, DecodeStates.BLOCK, True)
-    request = CacheRequest.from_tokens(rid, prompt + output, len(prompt), PrefixHasher(g.unit))
+    request = CacheRequest.from_tokens(rid, prompt + output, len(prompt), hasher)
     n = len(prompt)
     before = RequestBoundaries(n, None, None, 1.0)
     after = RequestBoundaries(n, None, n + len(output) - 1, 1.0)
@@ -41,8 +44,9 @@ def test_a_decode_state_in_the_block_the_prompt_tail_aliased_is_served_with_that
     answered only for 20, and the hit fell back to the twin at 16)."""
     cache = make_cache(geometry(block=8, unit=2, state_pages=1), 100_000.0, engine_steps=engine_steps)
     prompt, output = [*SYSTEM, *range(1, 6)], list(range(100, 110))
-    first = _run(cache, 0, prompt, output, "decode_end", 0.0)
+    hasher = PrefixHasher(2)
+    first = _run(cache, hasher, 0, prompt, output, "decode_end", 0.0)
     assert [s.position for s in first.created] == [16]
-    hit = _run(cache, 1, prompt + output[:-1] + list(range(200, 205)), [7], "decode_end", 2.0).hit
+    hit = _run(cache, hasher, 1, prompt + output[:-1] + list(range(200, 205)), [7], "decode_end", 2.0).hit
     assert (hit.attention, hit.recurrent, hit.joint) == (24, 24, 24)
     assert hit.state is not None and hit.state.labels == ("decode_end",)
