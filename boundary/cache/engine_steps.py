@@ -159,7 +159,9 @@ class EngineSteps:
             for end in ends:
                 self._step(flight, end, now)
                 self.end_step()
-        return Admission(hit, plan, tuple(flight.created), len(ends) - len(native), recached)
+        split_at = tuple(sorted(set(ends) - set(native)))
+        forced = len(ends) - len(native)
+        return Admission(hit, plan, tuple(flight.created), forced, recached, len(ends), split_at)
 
     def finish(self, flight: InFlight, final: Decision, now: float) -> tuple[Entry, ...]:
         """``finish`` after vLLM's remaining steps (decode: blocks allocated as the output

@@ -236,7 +236,10 @@ class HybridPrefixCache:
         flight = InFlight(request, table, held_states + created, scratch, decision, created)
         self._in_flight[request.rid] = flight
         wanted = [s.position for s in created if s.position < request.num_prompt_tokens]
-        return Admission(hit, plan, tuple(created), self._forced_splits(request, hit, wanted), recached)
+        native, stopped = self._chunk_ends(request, hit, wanted)
+        split_at = tuple(sorted(set(stopped) - set(native)))
+        forced = len(stopped) - len(native)
+        return Admission(hit, plan, tuple(created), forced, recached, len(stopped), split_at)
 
     def _allocate_table(self, request: CacheRequest, hit: Hit, now: float) -> list[Entry]:
         """The request's block table: the hit blocks up to the last whole one (it writes its own
@@ -258,14 +261,14 @@ class HybridPrefixCache:
             table.append(block)
         return table
 
-    def _forced_splits(self, request: CacheRequest, hit: Hit, wanted: list[int]) -> int:
-        """Prefill chunks that stopping at ``wanted`` adds to the scheduler's own."""
+    def _chunk_ends(self, request: CacheRequest, hit: Hit, wanted: list[int]) -> tuple[list[int], list[int]]:
+        """The prefill's chunk ends: the scheduler's own, and with stops at ``wanted``."""
         g, n, chunk = self.geometry, request.num_prompt_tokens, self.config.max_chunk_tokens
         native = prefill_chunk_ends(hit.joint, n, g, junction=hit.junction, max_chunk_tokens=chunk)
         stopped = prefill_chunk_ends(
             hit.joint, n, g, junction=hit.junction, stops=wanted, max_chunk_tokens=chunk
         )
-        return len(stopped) - len(native)
+        return native, stopped
 
     def _admit_state(
         self, planned: PlannedState, request: CacheRequest, table: list[Entry], now: float

@@ -58,13 +58,18 @@ class CacheConfig:
 class Admission:
     """What admitting one request did. ``forced_splits``: extra prefill chunks the plan's
     in-prompt states cost beyond the scheduler's own stops; ``recached``: states created under
-    a prefix id some live state already answers to (vLLM caches duplicates)."""
+    a prefix id some live state already answers to (vLLM caches duplicates);
+    ``prefill_steps``: the chunks its prefill runs in, the forced ones included (each a
+    scheduler step); ``split_at``: the chunk ends only the plan asked for (where a scheduler
+    that keeps these states must stop a chunk)."""
 
     hit: Hit
     plan: RetentionPlan
     created: tuple[Entry, ...]
     forced_splits: int
     recached: int
+    prefill_steps: int = 1
+    split_at: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)

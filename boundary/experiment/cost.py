@@ -14,8 +14,11 @@ The token at position ``t`` costs, in a forward pass,
 So prefilling ``[start, end)`` costs ``a * (end - start) + b * sum(t for t in [start, end))``
 with ``a`` the position-independent part and ``b`` the per-position attention part. The
 estimated time divides by ``peak_flops * utilization`` (an H200's dense BF16 peak and a
-utilization typical of long prefills by default). TTFT here is that estimate, not a
-measurement: no queueing, no kernel launch overhead, no memory-bound phases.
+utilization typical of long prefills by default). TTFT here is that estimate plus a step's
+fixed cost (``step_overhead_seconds``, the load model's, ``boundary.experiment.calibration``)
+for every scheduler step the prefill runs in: a forced split (a chunk stopped where a kept
+state must be copied out) is one more step, and pays one more. Not a measurement: no
+queueing, no memory-bound phases.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class PrefillCostModel:
     peak_flops: float = H200_BF16_DENSE_FLOPS
     utilization: float = 0.4
     decode_seconds_per_token: float = 0.02
+    step_overhead_seconds: float = ASSUMED_H200.step_overhead_seconds
 
     @property
     def flops_per_token(self) -> float:
@@ -58,6 +62,10 @@ class PrefillCostModel:
         """Estimated time to prefill ``[start, end)`` (labelled an estimate wherever shown)."""
         return self.flops(start, end) / (self.peak_flops * self.utilization)
 
+    def ttft_seconds(self, start: int, end: int, steps: int) -> float:
+        """The TTFT estimate of a prefill of ``[start, end)`` run in ``steps`` scheduler steps."""
+        return self.seconds(start, end) + steps * self.step_overhead_seconds
+
     def decode_seconds(self, tokens: int) -> float:
         return tokens * self.decode_seconds_per_token
 
@@ -69,6 +77,7 @@ class PrefillCostModel:
             "peak_flops": self.peak_flops,
             "utilization": self.utilization,
             "decode_seconds_per_token": self.decode_seconds_per_token,
+            "step_overhead_seconds": self.step_overhead_seconds,
         }
 
 

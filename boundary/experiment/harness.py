@@ -140,7 +140,10 @@ def oracle_metrics(records: list[RequestRecord]) -> dict[str, Any]:
     }
 
 
-def _oracle_records(stream: Stream, hits: list[int], cost: PrefillCostModel) -> list[RequestRecord]:
+def _oracle_records(
+    stream: Stream, hits: list[int], cost: PrefillCostModel, chunk: int
+) -> list[RequestRecord]:
+    """The oracle's records: its prefill in the scheduler's own chunks (no forced split)."""
     out = []
     for r, hit in zip(stream.requests, hits, strict=True):
         out.append(
@@ -148,6 +151,7 @@ def _oracle_records(stream: Stream, hits: list[int], cost: PrefillCostModel) -> 
                 r,
                 cost,
                 hit,
+                prefill_steps=max(1, -(-(r.num_prompt_tokens - hit) // chunk)),
                 attention=hit,
                 recurrent=hit,
                 junction=0,
@@ -184,7 +188,8 @@ def run_experiment(
             raise ValueError(
                 f"stream requests must be in arrival order with rid == index (request {i} has {r.rid})"
             )
-    cost = PrefillCostModel(model, utilization=config.utilization)
+    overhead = step_constants(model.name).step_overhead_seconds
+    cost = PrefillCostModel(model, utilization=config.utilization, step_overhead_seconds=overhead)
     names = [p for p in config.policies if p != ORACLE]
     for name in names:
         policy(name)  # fail on an unknown name before replaying anything
@@ -403,7 +408,7 @@ def run_unit(
         attention_block_bytes=geometry.block_bytes,
         state_bytes=geometry.state_bytes,
         checkpoint_budget_bytes=budget_bytes,
-        oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost)),
+        oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost, config.max_chunk_tokens)),
         runs=metrics,
         logical_candidates_on_one_state=_candidates(stream, geometry, decode_states),
     )

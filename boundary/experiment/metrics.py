@@ -67,6 +67,7 @@ def run_metrics(
     out["after_junction"] = plan.after_junction(recs, baseline, run.stats.created.get("reactive", 0))
     out |= _memory(run)
     out |= _engine(run, disaggregated)
+    out["forced_split_cost"] = plan.forced_split_cost(recs, baseline)
     out |= _derived(run, decode_only)
     return out
 

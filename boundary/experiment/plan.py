@@ -308,3 +308,31 @@ def pd_states(records: Sequence[RequestRecord], split: Run | None) -> dict[str, 
             "selected": selected,
         }
     return out
+
+
+def forced_split_cost(records: Sequence[RequestRecord], baseline: Run | None) -> dict[str, Any]:
+    """Q11: what a policy's forced scheduler splits cost in TTFT against the prefill it saved.
+    Each split is one more scheduler step, charged one step's fixed cost (``split_seconds``);
+    ``saved_prefill_seconds``: main_sparse's prefill compute minus this policy's on the same
+    requests (None for main_sparse itself, or with no baseline); ``net_seconds`` = saved minus
+    the extra steps' cost (the splits beyond main_sparse's own); ``outweighs``: the extra steps
+    cost more than the prefill they saved; ``tokens_per_extra_step``: reused tokens gained over
+    main_sparse per extra step."""
+    splits = sum(r.forced_splits for r in records)
+    cost = sum(r.split_seconds for r in records)
+    out: dict[str, Any] = {"splits": splits, "split_seconds": cost}
+    if baseline is None:
+        return out | {"saved_prefill_seconds": None, "net_seconds": None, "outweighs": None}
+    base = {r.rid: r for r in baseline.records}
+    saved = sum(base[r.rid].prefill_seconds - r.prefill_seconds for r in records)
+    extra_splits = splits - sum(base[r.rid].forced_splits for r in records)
+    extra = cost - sum(base[r.rid].split_seconds for r in records)
+    gained = sum(r.joint - base[r.rid].joint for r in records)
+    return out | {
+        "extra_splits": extra_splits,
+        "extra_split_seconds": extra,
+        "saved_prefill_seconds": saved,
+        "net_seconds": saved - extra,
+        "outweighs": extra > 0 and extra > saved,
+        "tokens_per_extra_step": gained / extra_splits if extra_splits > 0 else None,
+    }

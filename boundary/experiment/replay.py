@@ -87,6 +87,9 @@ class RequestRecord:
     recompute_flops: float
     ttft_seconds: float
     arrival: float = 0.0
+    prefill_seconds: float = 0.0  # the prefill's compute alone (FLOPs at the stated rate)
+    prefill_steps: int = 1  # scheduler steps the prefill runs in, forced splits included
+    split_seconds: float = 0.0  # the TTFT the forced splits cost (one step's fixed cost each)
     retained_prev: tuple[str, ...] = ()
     matched_prev: tuple[str, ...] = ()
     prefill_side_prev: tuple[str, ...] = ()
@@ -97,9 +100,18 @@ class RequestRecord:
     junction_on_kept: int = 0
 
     @classmethod
-    def of(cls, request: StreamRequest, cost: PrefillCostModel, joint: int, **outcome: Any) -> RequestRecord:
-        """The record of ``request`` resuming at ``joint``: who it is from the stream, its prefill
-        cost from ``cost``, every other field from ``outcome``."""
+    def of(
+        cls,
+        request: StreamRequest,
+        cost: PrefillCostModel,
+        joint: int,
+        *,
+        prefill_steps: int = 1,
+        **outcome: Any,
+    ) -> RequestRecord:
+        """The record of ``request`` resuming at ``joint`` in ``prefill_steps`` scheduler steps:
+        who it is from the stream, its prefill cost and TTFT estimate from ``cost`` (a step's
+        fixed cost per step, so each forced split pays one), every other field from ``outcome``."""
         n = request.num_prompt_tokens
         return cls(
             rid=request.rid,
@@ -111,8 +123,11 @@ class RequestRecord:
             joint=joint,
             avoided_flops=cost.flops(0, joint),
             recompute_flops=cost.flops(joint, n),
-            ttft_seconds=cost.seconds(joint, n),
+            ttft_seconds=cost.ttft_seconds(joint, n, prefill_steps),
             arrival=request.arrival,
+            prefill_seconds=cost.seconds(joint, n),
+            prefill_steps=prefill_steps,
+            split_seconds=outcome.get("forced_splits", 0) * cost.step_overhead_seconds,
             **outcome,
         )
 
@@ -389,5 +404,6 @@ def request_record(
         junction_on_kept=admission.plan.junction_on_kept,
         recached=admission.recached,
         forced_splits=admission.forced_splits,
+        prefill_steps=admission.prefill_steps,
         **before,
     )

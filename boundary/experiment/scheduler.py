@@ -12,7 +12,9 @@ budget and the sequence cap allow, each getting a first chunk. A request's prefi
 lookup happens when it is admitted (the caller's ``admit`` returns the cached tokens), so
 its prefill starts at the joint hit. The step that computes a request's last prompt token
 samples its first token (TTFT ends there); each later step samples one more, and the request
-finishes with its last output token.
+finishes with its last output token. A chunk also ends at every position the caller's
+``admit`` names (a kept state copied out there: the cache model's forced splits), so a policy
+that splits a prefill pays the extra steps in TTFT and throughput.
 
 Memory: a request reserves its blocks and running states when admitted and holds them until
 it finishes (the cache model allocates a request whole); one that does not fit waits.
@@ -49,7 +51,9 @@ class SchedulerConfig(BaseModel):
 class Running:
     """One request on a replica. ``reserve``: the cache bytes it holds while running (its
     blocks and running states); ``computed``: prompt tokens cached or computed so far;
-    ``produced``: output tokens sampled (the first by the step that ends the prefill)."""
+    ``produced``: output tokens sampled (the first by the step that ends the prefill);
+    ``stops``: prompt positions a chunk must end at (a kept state copied out there: a forced
+    split, so one more step)."""
 
     index: int
     arrival: float
@@ -59,6 +63,7 @@ class Running:
     computed: int = 0
     produced: int = 0
     first_token: float | None = None
+    stops: tuple[int, ...] = ()
 
     @property
     def prefilling(self) -> bool:
@@ -78,7 +83,8 @@ class Step:
         return bool(self.decode or self.chunks)
 
 
-Admit = Callable[[int, float], int]  # (request index, now) -> cached prompt tokens
+# (request index, now) -> (cached prompt tokens, the chunk ends its kept states force)
+Admit = Callable[[int, float], tuple[int, tuple[int, ...]]]
 
 
 class Replica:
@@ -110,7 +116,7 @@ class Replica:
                 break
             s = self.waiting.popleft()
             self.reserved += s.reserve
-            s.computed = self.admit(s.index, now)
+            s.computed, s.stops = self.admit(s.index, now)
             self.running.append(s)
             budget -= self._chunk(step, s, budget)
         return step
@@ -118,6 +124,7 @@ class Replica:
     @staticmethod
     def _chunk(step: Step, s: Running, budget: int) -> int:
         end = min(s.prompt, s.computed + budget)
+        end = min((p for p in s.stops if s.computed < p < end), default=end)  # a forced split
         step.chunks.append((s, s.computed, end))
         return end - s.computed
 

@@ -245,7 +245,7 @@ class _Simulation:
             self._push(now, 2, k)
 
     def _admitter(self, k: int) -> Admit:
-        def admit(rid: int, now: float) -> int:
+        def admit(rid: int, now: float) -> tuple[int, tuple[int, ...]]:
             s, t = self.meta[rid]
             sr = self.sessions[s][t]
             decision = self.policy.admission(sr, self.geometry)
@@ -256,7 +256,7 @@ class _Simulation:
             record = request_record(sr, admission, oracle, self.stream, self.cost.prefill, {})
             record.arrival = now
             self.records[rid] = record
-            return admission.hit.joint
+            return admission.hit.joint, admission.split_at
 
         return admit
 

@@ -41,8 +41,13 @@ class LinearPrefill:
     def flops(self, start: int, end: int) -> float:
         return float(max(end - start, 0))
 
+    step_overhead_seconds: float = 0.0
+
     def seconds(self, start: int, end: int) -> float:
         return self.flops(start, end) / 1000.0
+
+    def ttft_seconds(self, start: int, end: int, steps: int) -> float:
+        return self.seconds(start, end) + steps * self.step_overhead_seconds
 
 
 # 0.5 s per step, 1 s more when it decodes, nothing per sequence.
@@ -53,7 +58,7 @@ COST = StepCostModel(LinearPrefill(), CONSTANTS)  # type: ignore[arg-type]
 def replica(budget: int, seqs: int, hits: dict[int, int] | None = None, memory: float = INF) -> Replica:
     return Replica(
         SchedulerConfig(max_num_batched_tokens=budget, max_num_seqs=seqs),
-        lambda index, now: (hits or {}).get(index, 0),
+        lambda index, now: ((hits or {}).get(index, 0), ()),
         memory,
     )
 

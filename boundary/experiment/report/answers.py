@@ -132,9 +132,25 @@ def evictions(r: dict[str, Any]) -> str:
 def load(r: dict[str, Any]) -> str:
     t = r["ttft_estimate_seconds"]
     return (
-        f"prefill time alone (no queue, no batching) mean {seconds(t['mean'])}, p90 {seconds(t['p90'])}; "
+        f"prefill time and a step's fixed cost per prefill step (no queue, no batching) mean "
+        f"{seconds(t['mean'])}, p90 {seconds(t['p90'])}; {split_cost(r)}; "
         f"residency states {pct(r['occupancy']['state_fraction'])} / "
         f"blocks {pct(r['occupancy']['block_fraction'])} of capacity"
+    )
+
+
+def split_cost(r: dict[str, Any]) -> str:
+    """Whether a policy's extra scheduler steps outweigh the prefill it saved (``plan``)."""
+    c = r.get("forced_split_cost") or {}
+    if c.get("saved_prefill_seconds") is None:
+        return f"{c.get('splits', 0):,} forced splits ({seconds(c.get('split_seconds', 0.0))})"
+    per = c["tokens_per_extra_step"]
+    verdict = "the extra steps OUTWEIGH the saved prefill" if c["outweighs"] else "the saved prefill pays"
+    return (
+        f"{c['extra_splits']:,} extra steps over main_sparse cost {seconds(c['extra_split_seconds'])} "
+        f"against {seconds(c['saved_prefill_seconds'])} of prefill saved (net {seconds(c['net_seconds'])}"
+        + (f", {per:,.0f} tokens per extra step" if per is not None else "")
+        + f"): {verdict}"
     )
 
 

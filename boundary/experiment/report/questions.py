@@ -97,11 +97,12 @@ def answers(unit: UnitResult) -> list[str]:
     oracle_ttft = seconds(unit.oracle["ttft_estimate_seconds"]["mean"])
     out += _question(
         "**11. TTFT, throughput and cache residency** at this run's concurrency (TTFT here is the "
-        "prefill alone; queued TTFT, throughput and saturation are in the closed-loop load sweep, "
-        "where a report has one):",
+        "prefill plus a step's fixed cost for every step it runs in, so a forced split pays one more; "
+        "queued TTFT, throughput and saturation are in the closed-loop load sweep, where a report has "
+        "one; whether a policy's extra steps outweigh the prefill it saved, summed over the stream):",
         cap,
         a.load,
-        f"- `oracle`: prefill time alone, no queue, mean {oracle_ttft}",
+        f"- `oracle`: prefill time and step cost, no queue, mean {oracle_ttft}",
     )
     out += _question(
         "**12. First reuse vs steady state** (hit rate; reused / oracle):", cap, a.first_vs_steady
