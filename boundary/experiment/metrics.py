@@ -68,8 +68,21 @@ def run_metrics(
     out |= _memory(run)
     out |= _engine(run, disaggregated)
     out["forced_split_cost"] = plan.forced_split_cost(recs, baseline)
+    out |= throughput(run)
     out |= _derived(run, decode_only)
     return out
+
+
+def throughput(run: Run) -> dict[str, float | None]:
+    """Requests, prompt tokens and output tokens per second over the replayed schedule (its
+    first arrival to its last event: the same for every policy, since the schedule is the
+    stream's); the load sweep measures them under a simulated engine instead."""
+    recs, span = run.records, run.elapsed
+    return {
+        "request_throughput": _ratio(len(recs), span),
+        "input_token_throughput": _ratio(sum(r.prompt_tokens for r in recs), span),
+        "output_token_throughput": _ratio(sum(r.output_tokens for r in recs), span),
+    }
 
 
 def _reuse(recs: list[RequestRecord], baseline: Run | None) -> dict[str, Any]:

@@ -87,6 +87,7 @@ class RequestRecord:
     recompute_flops: float
     ttft_seconds: float
     arrival: float = 0.0
+    output_tokens: int = 0
     prefill_seconds: float = 0.0  # the prefill's compute alone (FLOPs at the stated rate)
     prefill_steps: int = 1  # scheduler steps the prefill runs in, forced splits included
     split_seconds: float = 0.0  # the TTFT the forced splits cost (one step's fixed cost each)
@@ -125,6 +126,7 @@ class RequestRecord:
             recompute_flops=cost.flops(joint, n),
             ttft_seconds=cost.ttft_seconds(joint, n, prefill_steps),
             arrival=request.arrival,
+            output_tokens=request.output_tokens,
             prefill_seconds=cost.seconds(joint, n),
             prefill_steps=prefill_steps,
             split_seconds=outcome.get("forced_splits", 0) * cost.step_overhead_seconds,

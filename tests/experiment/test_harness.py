@@ -17,6 +17,10 @@ from tests.experiment.conftest import synthetic_stream
 
 COST = PrefillCostModel(QWEN3_5_35B_A3B)
 ISSUE_METRICS = (
+    "request_throughput",
+    "input_token_throughput",
+    "output_token_throughput",
+    "forced_split_cost",
     "selected_checkpoint",
     "materialized_boundary",
     "producer_age",

@@ -10,6 +10,7 @@ from boundary.cache import CacheRequest, PrefixHasher
 from boundary.cache.hybrid import CacheConfig, HybridPrefixCache
 from boundary.experiment import plan
 from boundary.experiment.cost import PrefillCostModel
+from boundary.experiment.metrics import throughput
 from boundary.experiment.presets import QWEN3_5_35B_A3B
 from boundary.experiment.report.answers import split_cost
 from boundary.experiment.scheduler import Replica, Running, SchedulerConfig
@@ -83,3 +84,17 @@ def test_an_admission_names_its_prefill_steps_and_where_the_policy_split_it():
         decision = decide("input_end", RequestBoundaries(28, 26, None, 1.0), engine)
         admission = cache.admit(request, decision, 0.0)
         assert (admission.forced_splits, admission.prefill_steps, admission.split_at) == (1, 4, (26,))
+
+
+def test_a_run_reports_requests_and_tokens_per_second_over_its_schedule():
+    """Two requests (100 + 10 and 300 + 5 tokens) over a schedule of 2 s."""
+    records = [
+        rec(rid=0, prompt_tokens=100, output_tokens=10),
+        rec(rid=1, prompt_tokens=300, output_tokens=5),
+    ]
+    assert throughput(SimpleNamespace(records=records, elapsed=2.0)) == {
+        "request_throughput": 1.0,
+        "input_token_throughput": 200.0,
+        "output_token_throughput": 7.5,
+    }
+    assert throughput(SimpleNamespace(records=[], elapsed=0.0))["request_throughput"] is None

@@ -138,7 +138,7 @@ def rendered_sessions(
     if workload not in SHIPPED:
         lines = read_trace(workload) if trace is None else trace
         say(f"rendering {len(lines)} trace requests with {fam.name}")
-        sessions = render_trace(fam, lines, render, formatter)
+        sessions = first_sessions(render_trace(fam, lines, render, formatter), options.sessions)
         stream.requests = [r for session in sessions.values() for r in session]
         provenance.update(_records_held(lines))  # saved with the stream; the key is the file's digest
     else:
@@ -162,21 +162,26 @@ def rendered_sessions(
     return stream
 
 
+def first_sessions(
+    sessions: dict[str, list[StreamRequest]], count: int | None
+) -> dict[str, list[StreamRequest]]:
+    """The first ``count`` sessions in the order the trace opens them (all: None), as
+    ``--sessions`` takes them from every workload."""
+    return sessions if count is None else dict(list(sessions.items())[:count])
+
+
 def _synthetic_stream(options: WorkloadOptions) -> Stream:
     """The synthetic workload: token sessions made directly, nothing rendered or cached."""
     if options.system_prompt == "head_rewrite":
         raise ValueError("system_prompt head_rewrite needs a rendered workload, not synthetic")
-    requests = [
-        r
-        for session in synthetic.sessions(
-            options.synthetic_sessions,
-            seed=options.seed,
-            client=options.client,
-            history=options.synthetic_history,
-            shared_system=options.system_prompt == "shared",
-        )
-        for r in session
-    ]
+    made = synthetic.sessions(
+        options.synthetic_sessions,
+        seed=options.seed,
+        client=options.client,
+        history=options.synthetic_history,
+        shared_system=options.system_prompt == "shared",
+    )
+    requests = [r for session in list(made)[: options.sessions] for r in session]
     return Stream(
         "synthetic",
         {"workload": "synthetic", "output_source": "synthetic tokens", **options.model_dump(mode="json")},
