@@ -32,12 +32,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from boundary.errors import BoundaryError
+from boundary.errors import BoundaryError, RequestError
 from boundary.family import Family
 from boundary.horizon import stability_horizon
 from boundary.outputs import parse_output
 from boundary.rendering import Rendering
 from boundary.roundtrip import ClientHabits
+from boundary_vllm.forwarded import forwarded_ids
 from boundary_vllm.hints import SESSION_KEY, encode_hints
 from boundary_vllm.recording import MISS, UNATTRIBUTED, UNKNOWN, FinishedRequest
 
@@ -114,20 +115,26 @@ def chat_request(
     habits: ClientHabits | None = None,
     session: str | None = None,
     record: bool = False,
+    max_model_len: int | None = None,
     **params: Any,
 ) -> ChatRequest:
     """Render ``messages`` once and build the request. ``params`` are further body fields
     (``max_tokens``, ``temperature``, ``stream``...); ``habits``: whether this client sends
     reasoning back (default: it does not), which the horizon depends on. ``session`` and
-    ``record``: see the module docstring (``record`` also asks vLLM for the output ids)."""
+    ``record``: see the module docstring (``record`` also asks vLLM for the output ids).
+    ``truncate_prompt_tokens`` / ``truncation_side`` in ``params`` and ``max_model_len`` are
+    applied to the forwarded ids here, as vLLM applies them to a prompt it renders itself
+    (``forwarded``): vLLM skips them for forwarded ids."""
     kwargs = dict(template_kwargs or {})
     rendering = family.render(messages, tools, add_generation_prompt=True, variant=variant, **kwargs)
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": [dict(m) for m in messages],
-        "kv_transfer_params": {"prompt_token_ids": list(rendering.token_ids)},
-        **params,
-    }
+    ids = forwarded_ids(
+        rendering.token_ids,
+        truncate_prompt_tokens=params.get("truncate_prompt_tokens"),
+        truncation_side=params.get("truncation_side"),
+        max_model_len=max_model_len,
+    )
+    body: dict[str, Any] = {"model": model, "messages": [dict(m) for m in messages], **params}
+    body["kv_transfer_params"] = merged_kv_transfer_params(params.get("kv_transfer_params"), ids)
     horizon = predicted_horizon(family, rendering, messages, habits, variant, kwargs)
     hints = encode_hints(
         rendering.u_end,
@@ -148,6 +155,25 @@ def chat_request(
     return ChatRequest(body, rendering, session)
 
 
+def merged_kv_transfer_params(
+    owned: Mapping[str, Any] | None, prompt_token_ids: Sequence[int]
+) -> dict[str, Any]:
+    """``kv_transfer_params`` holding both a router's own entries (``owned``: a disaggregated
+    router's ``do_remote_prefill``, ``remote_engine_id``...) and boundary's forwarded ids. A
+    router that sets the field must merge into it, never replace it: without
+    ``prompt_token_ids`` vLLM renders the messages itself and the hints, computed for boundary's
+    ids, are checked against other tokens. Different ids already in ``owned`` are refused."""
+    merged = dict(owned or {})
+    theirs = merged.get("prompt_token_ids")
+    if theirs is not None and list(theirs) != list(prompt_token_ids):
+        raise RequestError(
+            "the router's prompt_token_ids differ from boundary's rendering: send one or the other",
+            location="kv_transfer_params.prompt_token_ids",
+        )
+    merged["prompt_token_ids"] = list(prompt_token_ids)
+    return merged
+
+
 def finished_from_reply(
     request: ChatRequest, reply: Mapping[str, Any], *, arrival_s: float | None = None
 ) -> FinishedRequest:
@@ -163,11 +189,12 @@ def finished_from_reply(
     cached = reported_cached_tokens(reply)
     served = UNKNOWN if cached is None else UNATTRIBUTED if cached else MISS
     rendering = request.rendering
+    sent = request.body["kv_transfer_params"]["prompt_token_ids"]
     return FinishedRequest(
         session=request.session or str(reply.get("id", "unknown")),
-        prompt_token_ids=rendering.token_ids,
+        prompt_token_ids=sent,
         output_token_ids=choice.get("token_ids") or [],
-        u_end=rendering.u_end,
+        u_end=rendering.u_end if len(sent) == len(rendering.token_ids) else None,  # None: truncated
         d_end=None,
         hit_tokens=cached,
         served=served,
