@@ -3,6 +3,7 @@ vLLM's real scheduler classes, built as ``--scheduler-cls`` builds them."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator
 
@@ -152,3 +153,18 @@ def test_the_metrics_carry_vllms_model_name_and_engine_labels():
     hits = REGISTRY.get_sample_value("boundary_prefix_hits_total", {**labels, "kind": "input_end"})
     assert hits == 1
     assert REGISTRY.get_sample_value("boundary_decode_end_consumable", labels) == 1
+
+
+def test_a_per_request_policy_the_engine_does_not_allow_is_logged_once_and_its_boundaries_kept(warnings):
+    run = Replay(EngineShape(policy=Variant.INPUT_END))  # request_policy off
+    a = turn(11, 2)
+    requests = []
+    for _ in range(3):
+        request = run.request(dataclasses.replace(ReplayRequest.from_turn(a), policy=Variant.HORIZON))
+        run.scheduler.add_request(request)
+        requests.append(request)
+    noted = [line for line in warnings if "'horizon' ignored" in line]
+    assert len(noted) == 1 and "kept under the engine's policy (logged once)" in noted[0]
+    assert run.scheduler.boundary_counters.hints["accepted"] == 3
+    plans = [run.scheduler.boundary_retention.plan(r.request_id) for r in requests]
+    assert all(p is not None and p.variant is Variant.INPUT_END for p in plans)

@@ -184,6 +184,8 @@ class BoundaryCheckpointsMixin:
         self.boundary_counters.hints[label] += 1
         if hints.status is HintStatus.REJECTED:
             self._warn_rejected(request.request_id, hints)
+        elif hints.reason is not None:
+            self._note_ignored(request.request_id, hints)
         if hints.status is not HintStatus.ACCEPTED:
             return
         variant = Variant(hints.policy) if hints.policy else self.boundary_settings.policy
@@ -207,6 +209,19 @@ class BoundaryCheckpointsMixin:
         logger.warning(
             "request %s: boundary hints ignored: %s (logged once per reason; every rejection is "
             'counted in boundary_requests_total{hints="rejected"})',
+            request_id,
+            hints.reason,
+        )
+
+    def _note_ignored(self, request_id: str, hints: CheckpointHints) -> None:
+        """Log once per kind what an accepted request asked for and did not get (a per-request
+        policy this engine does not allow); its boundaries are kept under the engine's policy."""
+        key = hints.reason_key or str(hints.reason)
+        if key in self._rejected_reasons:
+            return
+        self._rejected_reasons.add(key)
+        logger.info(
+            "request %s: %s; its boundaries are kept under the engine's policy (logged once)",
             request_id,
             hints.reason,
         )
