@@ -13,7 +13,6 @@ for the consumability metric.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -26,17 +25,14 @@ from boundary.cache.hybrid import CacheConfig
 from boundary.cache.retention import engine_geometry
 from boundary.experiment.calibration import step_constants
 from boundary.experiment.cost import PrefillCostModel, StepCostModel, family_assumptions
-from boundary.experiment.metrics import run_metrics, slice_summary
+from boundary.experiment.metrics import run_metrics
 from boundary.experiment.plan import (
-    incremental_hit_rate,
     logical_candidates_on_one_state,
-    second_checkpoint_verdict,
 )
 from boundary.experiment.policies import ORACLE, POLICIES, policy
 from boundary.experiment.presets import PRESETS
 from boundary.experiment.replay import (
     BudgetMode,
-    RequestRecord,
     Run,
     event_order,
     replay,
@@ -44,6 +40,7 @@ from boundary.experiment.replay import (
 )
 from boundary.experiment.serving import Routing
 from boundary.experiment.stream import Stream, cache_requests
+from boundary.experiment.summaries import add_incremental, oracle_metrics, oracle_records
 from boundary.experiment.sweep import load_sweep
 from boundary.retention_policy import DecodeStates
 
@@ -124,50 +121,6 @@ class ExperimentResult(BaseModel):
 
 
 Progress = Callable[[str], None]
-
-
-def oracle_metrics(records: list[RequestRecord]) -> dict[str, Any]:
-    ttft = [r.ttft_seconds for r in records]
-    return {
-        "policy": ORACLE,
-        "joint_matched_tokens": sum(r.joint for r in records),
-        "avoided_prefill_flops": sum(r.avoided_flops for r in records),
-        "prompt_tokens_recomputed": sum(r.prompt_tokens - r.joint for r in records),
-        "ttft_estimate_seconds": {"mean": statistics.fmean(ttft) if ttft else None},
-        "hit_rate": slice_summary(records),
-        "first_continuation": slice_summary([r for r in records if r.turn == 1]),
-        "steady_state": slice_summary([r for r in records if r.turn >= 2]),
-    }
-
-
-def _oracle_records(
-    stream: Stream, hits: list[int], cost: PrefillCostModel, chunk: int
-) -> list[RequestRecord]:
-    """The oracle's records: its prefill in the scheduler's own chunks (no forced split)."""
-    out = []
-    for r, hit in zip(stream.requests, hits, strict=True):
-        out.append(
-            RequestRecord.of(
-                r,
-                cost,
-                hit,
-                prefill_steps=max(1, -(-(r.num_prompt_tokens - hit) // chunk)),
-                attention=hit,
-                recurrent=hit,
-                junction=0,
-                oracle=hit,
-                served_by=None,
-                served_from_output=None,
-                producer_age=None,
-                flooring_loss=None,
-                states_created=0,
-                candidates=0,
-                collapsed=0,
-                recached=0,
-                forced_splits=0,
-            )
-        )
-    return out
 
 
 def run_experiment(
@@ -398,7 +351,7 @@ def run_unit(
         if budget is BudgetMode.EQUAL_CHECKPOINT_BUDGET:
             cache_config = replace(base_config, checkpoint_budget_bytes=budget_bytes)
         here = _budget_runs(run, cache_config, budget, baseline, names, config.disaggregation, say, runs)
-        _add_incremental(here, runs, budget.value)
+        add_incremental(here, runs, budget.value)
         metrics += here
     if keep_runs is not None:
         keep_runs.update({(geometry.unit, b, name): r for (b, name), r in runs.items()})
@@ -408,7 +361,7 @@ def run_unit(
         attention_block_bytes=geometry.block_bytes,
         state_bytes=geometry.state_bytes,
         checkpoint_budget_bytes=budget_bytes,
-        oracle=oracle_metrics(_oracle_records(stream, oracle_hits, cost, config.max_chunk_tokens)),
+        oracle=oracle_metrics(oracle_records(stream, oracle_hits, cost, config.max_chunk_tokens)),
         runs=metrics,
         logical_candidates_on_one_state=_candidates(stream, geometry, decode_states),
     )
@@ -462,28 +415,3 @@ def _budget_runs(
     return [
         run_metrics(runs[(budget.value, name)], here, splits[name], decode_only=decode_only) for name in names
     ]
-
-
-def _add_incremental(metrics: list[dict[str, Any]], runs: dict[tuple[str, str], Run], budget: str) -> None:
-    """``both``'s second checkpoint against each single endpoint: the incremental hit rate
-    (tokens the checkpoint the single policy lacks served, over the oracle's), the saved work
-    (``both``'s avoided FLOPs minus the single policy's: FLOPs add up, ratios do not) and
-    the plan's Q10 verdict (saved work minus work lost to its evictions)."""
-    by_name = {m["policy"]: m for m in metrics}
-    if "both" not in by_name:
-        return
-    both = by_name["both"]
-    both["incremental_hit_rate"] = {}
-    both["incremental_saved_work"] = {}
-    both["second_checkpoint_verdict"] = {}
-    added = {"input_end": "decode_end", "decode_end": "input_end"}
-    for single in ("input_end", "decode_end"):
-        if single in by_name:
-            records = runs[(budget, "both")].records
-            both["incremental_hit_rate"][f"over_{single}"] = incremental_hit_rate(records, added[single])
-            both["incremental_saved_work"][f"over_{single}"] = (
-                both["avoided_prefill_flops"] - by_name[single]["avoided_prefill_flops"]
-            )
-            both["second_checkpoint_verdict"][f"over_{single}"] = second_checkpoint_verdict(
-                runs[(budget, "both")], runs[(budget, single)]
-            )
