@@ -3,7 +3,9 @@
 Times prefill steps of a few prompt sizes and decode steps of a few batch sizes on the tiny
 random-weight Gated DeltaNet model (vLLM's CPU build), prefix caching off, and fits the form
 ``boundary.experiment.calibration`` prices steps with: a fixed cost per step, prefill linear
-in tokens, decode a fixed cost plus a cost per sequence. Prints the samples, the fitted
+in tokens, decode a fixed cost plus a cost per sequence. Prints the samples, what a forced
+split costs read off them (two steps of n/2 tokens minus one of n, beside the one step overhead
+the load model charges it), the fitted
 constants, the largest relative residual of each fit, whether the fit supports the form (or
 why not: a residual over 25%, a constant of the wrong sign; on a busy machine, measure again),
 and the GPU assumption beside them.
@@ -26,7 +28,7 @@ import argparse
 import json
 import os
 
-from boundary.experiment.calibration import ASSUMED_H200
+from boundary.experiment.calibration import ASSUMED_H200, split_extra_seconds
 
 
 def main() -> None:
@@ -53,6 +55,9 @@ def main() -> None:
         "fit": fitted.describe(),
         "fit_supports_the_form": not unstable,
         "fit_instabilities": unstable,
+        # a forced split: the same prompt in two steps of half its tokens, against one step
+        "forced_split_extra_seconds": split_extra_seconds(samples.prefill),
+        "forced_split_charged_seconds": fitted.step_overhead_seconds,
         "gpu_assumption": ASSUMED_H200.describe(),
     }
     print(json.dumps(result, indent=2))

@@ -26,6 +26,7 @@ assumption and every report names which one it used.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -61,6 +62,15 @@ ASSUMED_H200 = StepConstants(
 
 # Constants measured against the engine, by ModelDescription.name. Empty until calibrated.
 MEASURED_STEP_CONSTANTS: dict[str, StepConstants] = {}
+
+
+def split_extra_seconds(prefill: Mapping[int, float]) -> dict[int, float]:
+    """What a forced split costs, read off measured prefill steps: for every ``n`` timed beside
+    ``n / 2``, two steps of ``n / 2`` tokens minus one of ``n`` (the load model charges it one
+    ``step_overhead``: the same tokens, one more step)."""
+    return {
+        n: 2 * prefill[n // 2] - t for n, t in sorted(prefill.items()) if n % 2 == 0 and n // 2 in prefill
+    }
 
 
 def step_constants(model_name: str) -> StepConstants:

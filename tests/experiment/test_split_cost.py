@@ -9,6 +9,7 @@ from types import SimpleNamespace
 from boundary.cache import CacheRequest, PrefixHasher
 from boundary.cache.hybrid import CacheConfig, HybridPrefixCache
 from boundary.experiment import plan
+from boundary.experiment.calibration import split_extra_seconds
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.metrics import throughput
 from boundary.experiment.presets import QWEN3_5_35B_A3B
@@ -98,3 +99,10 @@ def test_a_run_reports_requests_and_tokens_per_second_over_its_schedule():
         "output_token_throughput": 7.5,
     }
     assert throughput(SimpleNamespace(records=[], elapsed=0.0))["request_throughput"] is None
+
+
+def test_a_split_read_off_measured_prefill_steps_costs_one_step_overhead():
+    """Steps of 2 ms + 10 us a token: 512 tokens in two steps of 256 cost 2 ms more than in one."""
+    prefill = {n: 0.002 + 1e-5 * n for n in (256, 512, 1024, 300)}
+    extra = split_extra_seconds(prefill)
+    assert set(extra) == {512, 1024} and all(abs(v - 0.002) < 1e-12 for v in extra.values())
