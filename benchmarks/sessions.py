@@ -17,7 +17,9 @@ Five workloads, each request sent in conversation order:
   at random from MT-bench's question turns, so that no conversation is one tuned to;
 - ``long-agent``: the tau-bench trajectories chained into one agent conversation past 128k
   tokens, every request through one session, the requests just under 8k, 64k and 128k tokens
-  timed against cold renders, transformers and the new text alone (``long_agent``).
+  timed against cold renders, transformers and the new text alone, beside two more floors that
+  grow with the conversation: copying a list of the request's ids and keying its messages by
+  exact content (``long_agent``).
 
 For each request, side by side and interleaved (so machine load hits all paths alike), the
 paths in an order rotated from request to request and pass to pass (each path follows each
@@ -96,6 +98,7 @@ import boundary
 from boundary.datasets import tau_bench_airline, tau_bench_airline_tools
 from boundary.experiment.workloads import mt_bench
 from boundary.prefixes import common_prefix_length
+from boundary.request.identity import content_key
 from boundary.sandbox import RenderLimits
 from boundary.segment_cache import SegmentCache
 from boundary.session import Session
@@ -344,6 +347,13 @@ def growth(rows: list[Row], path: int, beyond: int | None = None) -> float | Non
     return statistics.mean(late) / statistics.mean(mid) if mid and late else None
 
 
+def first_request_cost(rows: list[Row], path: int) -> float:
+    """``path``'s time over the cold render's on the requests that open their conversation (a
+    session's first request, nothing earlier to reuse)."""
+    cold = PATHS.index("cold")
+    return sum(t[path] for _, first, t in rows if first) / sum(t[cold] for _, first, t in rows if first)
+
+
 def _median(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.median(known) if known else None
@@ -394,6 +404,8 @@ def report(workload: str, passes: list[dict[str, Any]]) -> None:
         f"\none-run bound with the template run sandboxed, as transformers runs it: {sandboxed:.1f}×", end=""
     )
     incremental = PATHS.index("session incremental")
+    firsts = statistics.median(first_request_cost(rows, incremental) for rows in rows_by_pass)
+    print(f"\na conversation's first request, session incremental over cold: {firsts:.2f}×", end="")
     beyond = _median([growth(rows, incremental, NEW_TEXT) for rows in rows_by_pass])
     if beyond is not None:
         print(f"\nsession incremental beyond the new text alone: {beyond:.2f}×", end="")
@@ -420,7 +432,10 @@ def report(workload: str, passes: list[dict[str, Any]]) -> None:
 
 
 LONG_SIZES = (8_000, 64_000, 128_000)
-LONG_PATHS = ("transformers", "cold", "session incremental", "new text alone")
+LONG_PATHS = ("transformers", "cold", "session incremental", "new text alone", "ids copied", "messages keyed")
+# floors, not paths: the new text encoded; copying a list of the request's ids (a session hands
+# out a list of its own each request); the request's exact-content key (one pickle of it)
+LONG_FLOORS = ("new text alone", "ids copied", "messages keyed")
 
 
 def long_agent_conversation(fam: boundary.Family, tokens: int) -> list[dict[str, Any]]:
@@ -441,7 +456,9 @@ def long_agent(fam: boundary.Family, hf: Any, kwargs: dict[str, Any], repeat: in
     assistant turn) goes through one session in order, and the ``window`` requests just under
     each of ``LONG_SIZES`` tokens are also rendered cold, by transformers and as the new text
     alone, the paths rotated per request; ``repeat`` passes with a fresh session each, every
-    figure the median of the passes' means (CPU time)."""
+    figure the median of the passes' means (CPU time). Beside them, the floors that grow with
+    the conversation for any session that hands out a list of ids of its own and keys the
+    messages by exact content (``LONG_FLOORS``), and what the session costs beyond them."""
     conversation = long_agent_conversation(fam, LONG_SIZES[-1])
     requests = [conversation[:i] for i, m in enumerate(conversation) if m["role"] == "assistant"]
     warm = Session(fam.renderer)
@@ -457,7 +474,8 @@ def long_agent(fam: boundary.Family, hf: Any, kwargs: dict[str, Any], repeat: in
                 previous = session.render(request, **kwargs).text
                 continue
             prepared, _ = fam.prepare(request)
-            text = fam.render(request, **kwargs).text
+            reference = fam.render(request, **kwargs)
+            text, ids = reference.text, list(reference.token_ids)
             new_text = text[common_prefix_length(previous, text) :]
             previous = text
             steps = {
@@ -467,6 +485,8 @@ def long_agent(fam: boundary.Family, hf: Any, kwargs: dict[str, Any], repeat: in
                 "cold": functools.partial(fam.render, request, **kwargs),
                 "session incremental": functools.partial(session.render, request, **kwargs),
                 "new text alone": functools.partial(fam.tokenizer.encode, new_text),
+                "ids copied": ids.copy,
+                "messages keyed": functools.partial(content_key, request),
             }
             for i in rotated(len(LONG_PATHS), rep + k):
                 c0 = clock()
@@ -479,14 +499,15 @@ def long_agent(fam: boundary.Family, hf: Any, kwargs: dict[str, Any], repeat: in
         f"through one session; {window} requests timed at each size, {repeat} passes, CPU ms/request "
         "(median of the passes' means)\n"
     )
-    print("| tokens (≤) | " + " | ".join(LONG_PATHS) + " | cold × | session × |")
-    print("|---:|" + "---:|" * (len(LONG_PATHS) + 2))
+    print("| tokens (≤) | " + " | ".join(LONG_PATHS) + " | cold × | session × | session beyond the floors |")
+    print("|---:|" + "---:|" * (len(LONG_PATHS) + 3))
     for size in LONG_SIZES:
         ms = {path: statistics.median(cost[(size, path)]) for path in LONG_PATHS}
         row = " | ".join(f"{ms[p] * 1e3:.2f}" for p in LONG_PATHS)
         cold, sess = ms["transformers"] / ms["cold"], ms["transformers"] / ms["session incremental"]
-        print(f"| {size} | {row} | {cold:.1f}× | {sess:.1f}× |")
-    for path in ("session incremental", "new text alone"):
+        beyond = ms["session incremental"] - sum(ms[p] for p in LONG_FLOORS)
+        print(f"| {size} | {row} | {cold:.1f}× | {sess:.1f}× | {beyond * 1e3:.2f} |")
+    for path in ("session incremental", *LONG_FLOORS):
         ratio = statistics.median(cost[(LONG_SIZES[-1], path)]) / statistics.median(
             cost[(LONG_SIZES[0], path)]
         )

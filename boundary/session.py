@@ -30,7 +30,6 @@ that is never held while a session renders. Both may be shared by a frontend's t
 from __future__ import annotations
 
 import threading
-from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -38,12 +37,10 @@ from datetime import datetime
 from sys import getsizeof
 from typing import Any
 
-from boundary.encoding import Clock, CutTokenMap
-from boundary.footprint import held_bytes, ints_bytes
+from boundary.encoding import Clock
+from boundary.footprint import held_bytes
 from boundary.incremental import Incremental
-from boundary.memo import once_cache
 from boundary.offsets import TokenMap
-from boundary.prefixes import common_prefix_length
 from boundary.render_target import RenderTarget, resolve_target, template_tools
 from boundary.renderer import Renderer, check_arguments
 from boundary.rendering import Rendering
@@ -57,6 +54,7 @@ from boundary.request.validation import (
     parse_tools,
 )
 from boundary.sandbox.kept_json import ACTIVE_KEPT_JSON, KeptJson
+from boundary.session_ids import KeptIds
 
 # Below this many messages a request runs the template in full: tracing a loop of a few
 # iterations costs more than replaying them saves (docs/sessions.md, "Measured").
@@ -130,13 +128,8 @@ class Session:
         self._tools: list[dict[str, Any]] | None = None
         self._tools_bytes = 0
         self._tools_json: KeptJson | None = None  # ``tojson`` of ``_tools``, kept while they are
-        self._text = ""
-        # the last request's ids, this session's own list, holding the shared ints of ``_ints``
-        self._ids: list[int] = []
-        self._cut_chars: list[int] = []  # the safe cuts of ``_ids``: their chars ...
-        self._cut_tokens: list[int] = []  # ... and their tokens
+        self._kept = KeptIds(family.tokenizer)  # the last request's text and ids
         self._incremental = Incremental(enabled=incremental, min_messages=_MIN_MESSAGES)
-        self._ints = _ints(family.tokenizer.backend.get_vocab_size(with_added_tokens=True))
         self.nbytes = self._count()
 
     # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a
@@ -173,8 +166,11 @@ class Session:
                 normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
                 self._prepare_tools(tools, strict_request, resolved)
                 if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
-                    self._text, self._ids, self._cut_chars, self._cut_tokens = "", [], [], []
-                kept_json = ACTIVE_KEPT_JSON.set(self._tools_json)
+                    self._kept.clear()
+                # set only when it changes what a render reads (a first request without tools: no)
+                kept_json = None
+                if self._tools_json is not None or ACTIVE_KEPT_JSON.get() is not None:
+                    kept_json = ACTIVE_KEPT_JSON.set(self._tools_json)
                 try:
                     rendered = fam.render_with_encoder(
                         normalized,
@@ -191,7 +187,8 @@ class Session:
                         run=None if sanitize_control_tokens else self._incremental.run_template,
                     )
                 finally:
-                    ACTIVE_KEPT_JSON.reset(kept_json)
+                    if kept_json is not None:
+                        ACTIVE_KEPT_JSON.reset(kept_json)
             finally:
                 inc, stats = self._incremental, self.stats
                 stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
@@ -204,11 +201,7 @@ class Session:
         """The bytes counted in ``nbytes``: O(1), from sizes kept as the state changed."""
         return (
             _EMPTY_SESSION
-            + getsizeof(self._text)
-            + getsizeof(self._ids)
-            + getsizeof(self._cut_chars)
-            + getsizeof(self._cut_tokens)
-            + ints_bytes(len(self._cut_chars) + len(self._cut_tokens))
+            + self._kept.nbytes
             + self._seen.nbytes
             + self._normalized_bytes[-1]
             + getsizeof(self._normalized)
@@ -270,56 +263,16 @@ class Session:
             self._tools_json = None if key is None else KeptJson(self._tools)
 
     def _encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
-        """``text``'s ids and token map: the previous ids up to the last safe cut at least
-        ``cut_rule.lookahead`` chars inside the text both requests share, then the rest
-        encoded on its own (everything, when the encoder declares no safe cut)."""
-        tok = self.family.tokenizer
-        shared = common_prefix_length(self._text, text)
-        k = bisect_right(self._cut_chars, shared - tok.cut_rule.lookahead) - 1
-        start, start_token = (self._cut_chars[k], self._cut_tokens[k]) if k >= 0 else (0, 0)
-        suffix = tok.encode(text[start:], with_cuts=True, clock=clock)
-        kept = self._ids  # never handed out: a caller may change the ids it is given
-        self._text = ""  # nothing is reused from ``kept`` unless this request's encode completes
-        del kept[start_token:]
-        kept += _shared(self._ints, suffix.ids)
-        ids = suffix.ids if start == 0 else kept.copy()
-        new_chars, new_tokens = suffix.cut_chars or [], suffix.cut_tokens or []
-        skip = bisect_right(new_chars, 0)  # cuts at the suffix's start: the kept cut, or none
-        if start:
-            new_chars = [start + c for c in new_chars[skip:]]
-            new_tokens = [start_token + t for t in new_tokens[skip:]]
-        elif skip:
-            new_chars, new_tokens = new_chars[skip:], new_tokens[skip:]
-        chars = self._cut_chars[: k + 1] + new_chars
-        tokens = self._cut_tokens[: k + 1] + new_tokens
-        self._text, self._cut_chars, self._cut_tokens = text, chars, tokens
-        self.stats.requests += 1
-        self.stats.reused_tokens += start_token
-        self.stats.encoded_tokens += len(suffix.ids)
-        if start == 0:
-            return ids, suffix.token_map
-        return ids, CutTokenMap(text, chars, tokens, ids, tok.segment_map)
+        """``text``'s ids and token map, the kept ids reused (``KeptIds.encode``), counted."""
+        kept, stats = self._kept, self.stats
+        ids, token_map = kept.encode(text, clock)
+        stats.requests += 1
+        stats.reused_tokens += kept.reused
+        stats.encoded_tokens += kept.encoded
+        return ids, token_map
 
 
 _CALL_ID = 96  # bytes counted per tool-call id kept: a short str and its set slot
-
-
-@once_cache(maxsize=4)
-def _ints(n: int) -> list[int]:
-    """The ints ``0 .. n - 1``, one object each, shared by every session over a vocabulary
-    of ``n`` ids and never changed; at most 4 kept (about 10 MB for 250,000 ids)."""
-    return list(range(n))
-
-
-def _shared(ints: list[int], ids: list[int]) -> list[int]:
-    """``ids`` as the objects of ``ints``, so a kept id costs its list slot alone (8 bytes),
-    not an int of its own (32 more); an id past ``ints`` (none a vocabulary gives) as is.
-    Not an ``array('I')``: handing out a fresh list from one makes an int per id, about five
-    times the cost of copying a list on every request."""
-    try:
-        return [ints[i] for i in ids]
-    except IndexError:
-        return [ints[i] if i < len(ints) else i for i in ids]
 
 
 def _extend_sums(sums: list[int], more: Iterable[int]) -> None:

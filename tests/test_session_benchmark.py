@@ -62,3 +62,14 @@ def test_growth_compares_30_to_40_messages_with_5_to_9(bench: ModuleType) -> Non
     # beyond the new text: (0.35 + 0.25) / 2 against (0.15 + 0.25) / 2
     assert bench.growth(rows, incremental, bench.NEW_TEXT) == pytest.approx(0.30 / 0.20)
     assert bench.growth(rows[:3], 0) is None
+
+
+def test_the_first_request_cost_compares_opening_requests_with_cold_renders(bench: ModuleType) -> None:
+    rows = [
+        (1, True, [9.0, 0.2, 0, 0.25, 0, 0, 0]),
+        (3, False, [9.0, 0.5, 0, 0.1, 0, 0, 0]),  # a continuation: not counted
+        (2, True, [9.0, 0.3, 0, 0.3, 0, 0, 0]),
+    ]
+    incremental = bench.PATHS.index("session incremental")
+    # (0.25 + 0.3) over (0.2 + 0.3)
+    assert bench.first_request_cost(rows, incremental) == pytest.approx(0.55 / 0.5)

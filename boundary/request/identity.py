@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import threading
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from sys import getsizeof
@@ -186,31 +187,74 @@ class SeenPrefix:
 
     def common(self, items: Sequence[object]) -> int:
         """The number of leading ``items`` equal to the last sequence's (``accept`` makes
-        ``items`` the last sequence)."""
+        ``items`` the last sequence). With no last sequence (a first call), each item is
+        dumped once and the body joined from them, as the whole list's dump writes it."""
         # None first, so that even one item is written in a batch (MARK items APPENDS); then
         # each item read as ``validation`` reads it, in a 4-tuple (MARK ... TUPLE: see the class)
         read = [None, *[(as_read(item), None, None, None) for item in items]]
-        dump = _dump3(read) if items else None
         self._next = (b"", [])
+        if not items:
+            return 0
+        if not self._body:
+            self._next = self._dump_items(read, 0, [], [_HEAD]) or (b"", [])
+            return 0
+        dump = self._dump(read)
         if dump is None:
             return 0
         body, old, ends = dump[:-2], self._body, self._ends
         shared = len(old) if body.startswith(old) else common_prefix_length(old, body)
         keep = min(bisect_right(ends, shared), len(items))
-        new_ends = ends[:keep]
-        at = new_ends[-1] if keep else 5  # PROTO 3, EMPTY_LIST, MARK, NONE
-        buffer, pickler = _pickler(3)
+        kept = self._dump_items(read, keep, ends[:keep], None)
+        if kept is not None and kept[1][-1] == len(body):  # else a pickler batching otherwise
+            self._next = (body, kept[1])
+        return keep
+
+    @staticmethod
+    def _dump(value: object) -> bytes | None:
+        """``_dump3(value)`` with this thread's kept pickler (replaced after a refused value)."""
+        kept = _THREAD.__dict__
+        dumper = kept.get("dumper")
+        if dumper is None:
+            dumper = kept["dumper"] = _pickler(3)
+        buffer, pickler = dumper
+        buffer.seek(0)
+        buffer.truncate()
+        try:
+            pickler.dump(value)
+        except (_NotPlain, RecursionError, ValueError, pickle.PicklingError):
+            del kept["dumper"]
+            return None
+        except BaseException:  # never reused mid-state
+            del kept["dumper"]
+            raise
+        return buffer.getvalue()
+
+    def _dump_items(
+        self, read: list[Any], keep: int, ends: list[int], pieces: list[bytes] | None
+    ) -> tuple[bytes, list[int]] | None:
+        """``ends`` continued over ``read[keep + 1:]``, each item dumped alone (its bytes in
+        the whole list's dump, without PROTO and STOP); with ``pieces`` (the bytes before
+        them) also their body, joined. None when an item is not plain."""
+        at = ends[-1] if ends else len(_HEAD)
         for k in range(keep + 1, len(read)):
             if k % _BATCH == 0:
                 at += 2  # the last batch's APPENDS, this one's MARK
-            pickler.dump(read[k])  # plain: the whole list was
-            at += buffer.tell() - 3  # without its PROTO and STOP
-            buffer.seek(0)
-            buffer.truncate()
-            new_ends.append(at)
-        if at == len(body):  # else a pickler that batches otherwise: nothing is kept
-            self._next = (body, new_ends)
-        return keep
+                if pieces is not None:
+                    pieces.append(_NEXT_BATCH)
+            item = self._dump(read[k])
+            if item is None:
+                return None
+            at += len(item) - 3
+            ends.append(at)
+            if pieces is not None:
+                pieces.append(item[2:-1])
+        return (b"".join(pieces) if pieces is not None else b""), ends
+
+
+# Each thread's pickler for ``SeenPrefix`` (one dump at a time: nothing a dump calls dumps again)
+_THREAD = threading.local()
+_HEAD = b"\x80\x03](N"  # PROTO 3, EMPTY_LIST, MARK, NONE: a dump of ``read`` up to its items
+_NEXT_BATCH = b"e("  # APPENDS, MARK: between two batches
 
 
 __all__ = [
