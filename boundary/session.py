@@ -222,7 +222,9 @@ class Session:
     ) -> list[dict[str, Any]]:
         """The normalized messages: those whose key matches the one kept at the same index
         (a prefix) are reused, the rest validated and normalized again."""
-        if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
+        if type(messages) is not list and (
+            isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)
+        ):
             parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
         if (arguments, strict, target.name, variant) != self._parsed_under:
             self._seen.reset()

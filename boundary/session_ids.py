@@ -27,18 +27,18 @@ from boundary.prefixes import common_prefix_length
 from boundary.tokenizer import Tokenizer
 
 _OWN_INT = 32  # bytes counted per kept id that is an int of its own (28, as the allocator rounds it)
-# A request that reuses nothing keeps up to this many ids as a copy (ints of their own, at most
-# 128 KiB more than interned); past it, interned as a continuation's are
+# A session keeps up to this many ids, from its first, as ints of their own (at most 128 KiB
+# more than interned): a short conversation interns nothing; past it, ids are interned
 _OWN_INTS_MAX = 4096
 _TAIL = (64, 4096)  # how far before the previous text's end the two texts are first compared
 
 
 class KeptIds:
     """The previous request's text and ids with their safe cuts (``cut_chars[i]``,
-    ``cut_tokens[i]``). The first ``own_ints`` kept ids are ints of their own (a copy of the
-    encoder's: a request that reuses nothing interns up to ``_OWN_INTS_MAX`` ids not at all,
-    so a session's first request costs what a cold render's encode costs); the rest are the
-    shared ints of ``_ints``, interned as a continuation encodes them (8 bytes an id, not 40)."""
+    ``cut_tokens[i]``). The first ``own_ints`` kept ids, at most ``_OWN_INTS_MAX``, are the
+    encoder's ints (interning them costs a cache miss or two an id, so a short conversation,
+    its first request included, pays nothing for it); the rest are the shared ints of
+    ``_ints``, interned as they are encoded (8 bytes an id, not 40)."""
 
     __slots__ = ("_ints", "_tok", "cut_chars", "cut_tokens", "encoded", "ids", "own_ints", "reused", "text")
 
@@ -84,8 +84,12 @@ class KeptIds:
         else:
             kept = self.ids
             del kept[start_token:]
-            kept += _shared(self._vocabulary_ints(), suffix.ids)
-            self.own_ints = min(self.own_ints, start_token)
+            own = self.own_ints = min(self.own_ints, start_token)
+            if own == start_token and own + len(suffix.ids) <= _OWN_INTS_MAX:
+                kept += suffix.ids  # all kept ids still their own: these too
+                self.own_ints += len(suffix.ids)
+            else:
+                kept += _shared(self._vocabulary_ints(), suffix.ids)
             ids = kept.copy()
         new_chars, new_tokens = suffix.cut_chars or [], suffix.cut_tokens or []
         skip = bisect_right(new_chars, 0)  # cuts at the suffix's start: the kept cut, or none
