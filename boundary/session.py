@@ -190,12 +190,16 @@ class Session:
                     if kept_json is not None:
                         ACTIVE_KEPT_JSON.reset(kept_json)
             finally:
-                inc, stats = self._incremental, self.stats
-                stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
-                stats.chained_iterations = inc.chained
-                stats.full_render_reason = inc.reason
-                stats.bytes = self.nbytes = self._count()
+                self._settle_stats()
         return rendered
+
+    def _settle_stats(self) -> None:
+        """The counters of the render that ended, and ``nbytes``."""
+        inc, stats = self._incremental, self.stats
+        stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
+        stats.chained_iterations = inc.chained
+        stats.full_render_reason = inc.reason
+        stats.bytes = self.nbytes = self._count()
 
     def _count(self) -> int:
         """The bytes counted in ``nbytes``: O(1), from sizes kept as the state changed."""
