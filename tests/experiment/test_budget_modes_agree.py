@@ -7,6 +7,7 @@ from boundary.experiment.harness import Eviction, ExperimentConfig, run_experime
 from boundary.experiment.policies import POLICIES
 from boundary.experiment.presets import QWEN3_5_35B_A3B
 from boundary.experiment.replay import BudgetMode
+from boundary.experiment.report.header import eviction_line
 from tests.experiment.conftest import synthetic_stream
 
 NO_EVICTION = ExperimentConfig(
@@ -38,3 +39,9 @@ def test_with_no_eviction_both_budget_modes_and_the_what_if_reuse_the_same_token
         assert joints[0] == joints[1] == joints[2], policy
     decode = paged[(16, "equal_capacity", "decode_end")].records
     assert sum(r.served_by == "decode_end" for r in decode) > 0
+
+
+def test_a_report_says_when_its_executor_is_the_byte_lru_what_if():
+    assert "page by page" in eviction_line({"eviction": "engine_steps"})
+    assert "WHAT-IF" in eviction_line({"eviction": "byte_lru"})
+    assert "WHAT-IF" in eviction_line({"eviction": "engine_steps", "output_at_unit": True})
