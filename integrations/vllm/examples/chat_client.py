@@ -9,7 +9,7 @@ it renders with ``boundary`` and sends with ``boundary_vllm.client``.
 Without ``--messages`` the conversation is boundary's default one (a tau-bench airline session up
 to its 6th user turn). ``--dry-run`` prints the request body instead of sending it. The server runs
 ``vllm serve MODEL --enable-prompt-tokens-details --scheduler-cls
-boundary_vllm.scheduler.AsyncBoundaryScheduler``; without ``--enable-prompt-tokens-details`` vLLM
+boundary_vllm.scheduler.AutoBoundaryScheduler``; without ``--enable-prompt-tokens-details`` vLLM
 reports no cached tokens (printed as unknown, not 0).
 """
 
