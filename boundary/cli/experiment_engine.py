@@ -18,11 +18,13 @@ import argparse
 import importlib
 import json
 import sys
+from collections.abc import Iterable
 from importlib import metadata, util
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from boundary.cache.accounting import CacheGeometry
+if TYPE_CHECKING:
+    from boundary.cache.accounting import CacheGeometry
 
 CPU_ENGINE = "vllm-cpu"
 EXECUTOR = "boundary_vllm.engine_experiment"
@@ -49,6 +51,31 @@ def executor() -> ModuleType:
     if missing is not None:
         raise ValueError(missing)
     return importlib.import_module(EXECUTOR)
+
+
+def add_argument(p: argparse.ArgumentParser) -> None:
+    """``--executor``: the model (default) or the engine."""
+    p.add_argument(
+        "--executor",
+        choices=("model", "engine"),
+        default="model",
+        help="who executes the stream: the cache model (default) or a running vLLM CPU engine "
+        "(vllm-cpu) with boundary's plugin, the model checked against it on every request",
+    )
+
+
+def check(args: argparse.Namespace) -> None:
+    """With ``--executor engine``: the engine is installed and the budgets are its (``ValueError``)."""
+    if args.executor == "engine":
+        executor()
+        check_budgets([b.strip() for b in args.budget.split(",") if b.strip()])
+
+
+def label_model_runs(units: Iterable[Any]) -> None:
+    """Every run of the model executor's result says so (``"executor": "model"``)."""
+    for unit in units:
+        for r in unit.runs:
+            r["executor"] = "model"
 
 
 def check_budgets(budgets: list[str]) -> None:
