@@ -54,10 +54,10 @@ def test_the_model_predicts_the_requests_before_the_eviction():
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the page-by-page pool (boundary.cache.engine_steps / eviction.FreeQueue) evicts session 1's "
-    "released sub-block prompt-end state (1,328) at step 54, where vLLM's block pool keeps it and "
-    "evicts other pages: the model's free-queue order for a state copied aside and released behind "
-    "the running position differs from vLLM's",
+    reason="boundary.cache.engine_steps makes session 1's sub-block prompt-end state (1,328, inside its "
+    "request's last block) evictable one step after copying it aside (_copy_aside, hold_until_step_end) "
+    "and evicts it at step 54 as the free queue's oldest entry; vLLM still serves it at step 56, so its "
+    "block pool does not hold that page at the queue's head while the request runs on in that block",
 )
 def test_the_model_predicts_the_state_vllm_kept():
     engine, model, _ = replay()
