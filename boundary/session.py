@@ -56,9 +56,10 @@ from boundary.request.validation import (
 from boundary.sandbox.kept_json import ACTIVE_KEPT_JSON, KeptJson
 from boundary.session_ids import KeptIds
 
-# Below this many messages a request runs the template in full: tracing a loop of a few
-# iterations costs more than replaying them saves (docs/sessions.md, "Measured").
-_MIN_MESSAGES = 4
+# Below this many messages a request runs the template in full: tracing a loop of fewer
+# iterations costs more than replaying them saves (on tau-bench and ShareGPT-like chats a
+# session re-running the template in full is faster up to 10-19 messages; docs/sessions.md)
+MIN_INCREMENTAL_MESSAGES = 16
 # Bytes counted for a session that holds nothing yet: its objects, the incremental store's
 # and the exact-content keyer's (measured with tracemalloc: ``tests/test_session_bytes.py``).
 _EMPTY_SESSION = 8 * 1024
@@ -129,7 +130,7 @@ class Session:
         self._tools_bytes = 0
         self._tools_json: KeptJson | None = None  # ``tojson`` of ``_tools``, kept while they are
         self._kept = KeptIds(family.tokenizer)  # the last request's text and ids
-        self._incremental = Incremental(enabled=incremental, min_messages=_MIN_MESSAGES)
+        self._incremental = Incremental(enabled=incremental, min_messages=MIN_INCREMENTAL_MESSAGES)
         self.nbytes = self._count()
 
     # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a

@@ -22,6 +22,7 @@ from boundary.datasets import tau_bench_airline, tau_bench_airline_tools
 from boundary.errors import BoundaryError
 from boundary.experiment.workloads import bfcl, mt_bench
 from boundary.incremental import Incremental, IncrementalTemplate, compile_incremental
+from boundary.session import MIN_INCREMENTAL_MESSAGES
 from boundary.template_run import compile_template, run_template
 from tests.support import FIXED_NOW, family, kwarg_settings, shipped_variants
 from tests.test_session import _with_reasoning
@@ -70,7 +71,8 @@ def test_every_turn_of_tau_bench_bfcl_and_mt_bench_equals_a_full_render(name: st
                 _same(fam, session, messages[:i], tools, variant=variant)
         reused += session.stats.reused_iterations
         reason = session.stats.full_render_reason  # or a short request's (Session's policy)
-        assert (reason is None or "fewer than 4 messages" in reason) == _accepted(fam, variant)
+        short = f"fewer than {MIN_INCREMENTAL_MESSAGES} messages"
+        assert (reason is None or short in reason) == _accepted(fam, variant)
     assert (reused > 0) == _accepted(fam, variant)
 
 
@@ -306,20 +308,22 @@ def test_the_session_names_why_a_shipped_template_renders_in_full() -> None:
     assert session.stats.reused_iterations == 0
 
 
-def test_a_session_runs_a_request_of_fewer_than_four_messages_in_full() -> None:
-    """Tracing a loop of one to three iterations costs more than replaying them saves: such a
-    request runs the template in full and says so; from four messages on the loop runs
-    incrementally."""
+def test_a_session_runs_a_short_request_in_full() -> None:
+    """Tracing a loop of a few iterations costs more than replaying them saves: a request of
+    fewer than ``MIN_INCREMENTAL_MESSAGES`` runs the template in full and says so; from there
+    on the loop runs incrementally (the first such request traces every iteration)."""
     fam = family("qwen3_5")
     session = fam.session()
-    turns = [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(7)]
-    for n, reason, rendered in [(1, "fewer than 4", 0), (3, "fewer than 4", 0), (5, None, 5), (7, None, 7)]:
+    m = MIN_INCREMENTAL_MESSAGES
+    turns = [{"role": ("user", "assistant")[i % 2], "content": f"m{i}"} for i in range(m + 3)]
+    short = f"fewer than {m}"
+    for n, reason, rendered in [(1, short, 0), (m - 1, short, 0), (m + 1, None, m + 1), (m + 3, None, m + 3)]:
         request = turns[:n]
         assert session.render(request).text == fam.render(request).text
         said = session.stats.full_render_reason
         assert said is None if reason is None else reason in (said or ""), (n, said)
         assert session.stats.rendered_iterations == rendered
-    assert session.stats.reused_iterations == session.stats.chained_iterations == 5
+    assert session.stats.reused_iterations == session.stats.chained_iterations == m + 1
 
 
 def test_a_session_that_switches_templates_never_replays_the_other_template() -> None:

@@ -17,6 +17,7 @@ import pytest
 import boundary
 from boundary.datasets import mt_bench_questions, mt_bench_reference_answers, tau_bench_airline
 from boundary.incremental import compile_incremental
+from boundary.session import MIN_INCREMENTAL_MESSAGES
 from tests.support import family
 
 Result = tuple[str, list[int], int | None, int]
@@ -73,7 +74,7 @@ def _render_all(
     return work
 
 
-CASES = [pytest.param("qwen3_5", 5, id="qwen3_5"), pytest.param("deepseek_v3", 12, id="deepseek_v3")]
+CASES = [pytest.param("qwen3_5", 5, id="qwen3_5"), pytest.param("deepseek_v3", 6, id="deepseek_v3")]
 
 
 @pytest.mark.parametrize(("name", "trajectory"), CASES)
@@ -212,7 +213,7 @@ def test_first_requests_arriving_together_compile_the_incremental_template_once(
     # a source no earlier test compiled: a fresh template, as a newly loaded model's
     source = base.template() + "{#- " + secrets.token_hex(8) + " #}"
     fam = boundary.Family.from_template(source, base.tokenizer, name="fresh")
-    requests = [r for r in _requests(tau_bench_airline()[4]) if len(r) >= 4][:8]
+    requests = [r for r in _requests(tau_bench_airline()[4]) if len(r) >= MIN_INCREMENTAL_MESSAGES][:8]
     cold = _cold(fam, requests)
     before = compile_incremental.cache_info().misses
 
