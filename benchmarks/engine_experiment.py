@@ -77,11 +77,11 @@ def target(block: int) -> CacheGeometry:
 
 
 def model_runs(
-    stream: Stream, block: int, units: tuple[int, ...], capacity: float
+    stream: Stream, block: int, units: tuple[int, ...], capacity: float, policies: tuple[str, ...]
 ) -> dict[tuple[int, str], Any]:
     """The model executor at equal capacity: (unit, policy) -> its run's metrics."""
     config = ExperimentConfig(
-        policies=tuple(v.value for v in Variant),
+        policies=policies,
         budgets=(BudgetMode.EQUAL_CAPACITY,),
         units=units,
         capacity_gib=capacity,
@@ -98,8 +98,11 @@ def rows_for(
     from boundary_vllm.engine_experiment import EngineExperimentConfig, run_engine_experiment
 
     t0 = time.perf_counter()
-    model = model_runs(stream, block, units, args.capacity_gib)
-    config = EngineExperimentConfig(units=units, capacity_gib=args.capacity_gib, concurrency=args.concurrency)
+    policies = tuple(args.policies.split(","))
+    model = model_runs(stream, block, units, args.capacity_gib, policies)
+    config = EngineExperimentConfig(
+        policies=policies, units=units, capacity_gib=args.capacity_gib, concurrency=args.concurrency
+    )
     engine = run_engine_experiment(stream, target(block), config, progress=lambda m: print(m, flush=True))
     rows = []
     for unit in engine["units"]:
@@ -157,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unit", type=int, action="append")
     p.add_argument("--capacity-gib", type=float, default=8.0)
     p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--policies", default=",".join(v.value for v in Variant))
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     units = tuple(args.unit or (16, 64))
