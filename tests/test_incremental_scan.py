@@ -147,7 +147,7 @@ def test_a_loop_step_limit_stops_an_incremental_run_exactly_where_it_stops_a_ful
 def test_a_session_under_a_loop_step_limit_fails_on_the_turn_a_cold_render_fails() -> None:
     conversation = next(t for t in tau_bench_airline() if len(t) >= 30)
     requests = [conversation[:i] for i, m in enumerate(conversation) if m["role"] == "assistant"]
-    steps = len(requests[len(requests) // 2]) * 2  # passes mid-conversation
+    steps = len(requests[3 * len(requests) // 4]) * 2  # passes three quarters in (replays first)
     fam = boundary.load_family("qwen3_5", limits=RenderLimits(max_loop_steps=steps))
     session = fam.session()
     failed = 0
