@@ -115,7 +115,11 @@ class Session:
     render at a cost independent of the conversation's length.
     """
 
-    def __init__(self, family: Renderer, *, incremental: bool = True) -> None:
+    def __init__(
+        self, family: Renderer, *, incremental: bool = True, min_messages: int = MIN_INCREMENTAL_MESSAGES
+    ) -> None:
+        """``incremental=False`` runs the template in full on every request; a request of fewer
+        than ``min_messages`` messages always does."""
         self.family = family
         self.stats = SessionStats()
         self._lock = threading.Lock()
@@ -130,7 +134,7 @@ class Session:
         self._tools_bytes = 0
         self._tools_json: KeptJson | None = None  # ``tojson`` of ``_tools``, kept while they are
         self._kept = KeptIds(family.tokenizer)  # the last request's text and ids
-        self._incremental = Incremental(enabled=incremental, min_messages=MIN_INCREMENTAL_MESSAGES)
+        self._incremental = Incremental(enabled=incremental, min_messages=min_messages)
         self.nbytes = self._count()
 
     # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a

@@ -14,6 +14,7 @@ from boundary.datasets import tau_bench_airline
 from boundary.incremental import Incremental
 from boundary.incremental_chain import split_reads
 from boundary.sandbox import RenderLimits
+from boundary.session import Session
 from tests.support import FIXED_NOW, family
 from tests.test_incremental import GROWING
 from tests.test_incremental_scan import SCAN, _full, _render
@@ -103,7 +104,7 @@ def test_a_tau_bench_session_replays_most_of_its_history_as_a_chain() -> None:
     conversation = next(t for t in tau_bench_airline() if len(t) >= 30)
     requests = [conversation[:i] for i, m in enumerate(conversation) if m["role"] == "assistant"]
     fam = family("qwen3_5")
-    session = fam.session()
+    session = Session(fam.renderer, min_messages=1)  # every request incremental
     for request in requests:
         warm = session.render(request, now=FIXED_NOW)
         cold = fam.render(request, now=FIXED_NOW)
