@@ -22,8 +22,8 @@ Five workloads, each request sent in conversation order:
   exact content (``long_agent``).
 
 For each request, side by side and interleaved (so machine load hits all paths alike), the
-paths in an order rotated from request to request and pass to pass (each path follows each
-other path equally often: whatever runs right after transformers pays for its allocations),
+paths in an order shuffled from request to request and pass to pass (each path follows each
+other path about equally often: whatever runs right after transformers pays for its allocations),
 in CPU time of this process (``time.process_time``; wall time, on a shared machine mostly
 other people's load, is reported beside it); ``--repeat`` passes (default 5), each with fresh
 sessions, and every figure the median of the passes' figures (means, ratios, bounds):
@@ -86,6 +86,7 @@ import argparse
 import functools
 import gc
 import json
+import random
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -175,10 +176,14 @@ def _unsandboxed(source: str, template: jinja2.Template) -> jinja2.Template:
 
 
 def rotated(n: int, offset: int) -> list[int]:
-    """Path indices ``0..n-1`` starting at ``offset % n``: over ``n`` consecutive offsets each
-    path runs once right after each other path (and once first), so no path always follows
-    the one whose cost it would inherit (transformers, whose allocations the next path pays)."""
-    return [(offset + i) % n for i in range(n)]
+    """Path indices ``0..n-1`` in the order of a shuffle seeded by ``offset``: over many
+    offsets each path runs right after each other path about equally often, so no path always
+    follows the one whose cost it would inherit (transformers, whose allocations the next path
+    pays). A cyclic rotation would not do: path ``i + 1`` would follow path ``i`` every time
+    but the one when ``i`` runs last."""
+    order = list(range(n))
+    random.Random(offset).shuffle(order)
+    return order
 
 
 def run(

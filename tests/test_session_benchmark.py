@@ -7,6 +7,7 @@ unsandboxed)."""
 from __future__ import annotations
 
 import importlib.util
+import itertools
 from pathlib import Path
 from types import ModuleType
 
@@ -73,3 +74,16 @@ def test_the_first_request_cost_compares_opening_requests_with_cold_renders(benc
     incremental = bench.PATHS.index("session incremental")
     # (0.25 + 0.3) over (0.2 + 0.3)
     assert bench.first_request_cost(rows, incremental) == pytest.approx(0.55 / 0.5)
+
+
+def test_each_path_follows_each_other_path_about_equally_often(bench: ModuleType) -> None:
+    """Not a cyclic rotation, under which path 2 would follow path 1 six times in seven."""
+    n, offsets = len(bench.PATHS), 4200
+    follows = {(a, b): 0 for a in range(n) for b in range(n) if a != b}
+    for offset in range(offsets):
+        order = bench.rotated(n, offset)
+        assert sorted(order) == list(range(n))
+        for a, b in itertools.pairwise(order):
+            follows[(a, b)] += 1
+    mean = offsets * (n - 1) / len(follows)  # 100 for each ordered pair
+    assert all(0.75 * mean < count < 1.25 * mean for count in follows.values()), follows
