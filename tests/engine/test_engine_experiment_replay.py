@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.vllm  # boundary_vllm is installed with vLLM
+
 RECORDING = Path(__file__).parent / "data" / "main_sparse_544_evicting.json"
 
 

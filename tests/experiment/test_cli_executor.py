@@ -94,6 +94,7 @@ def _engine_result(model_hit: int) -> dict:
     }
 
 
+@pytest.mark.vllm  # boundary_vllm is installed with vLLM
 def test_the_engine_report_tables_each_run_and_the_first_disagreements():
     from boundary_vllm.engine_report import markdown
 
