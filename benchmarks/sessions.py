@@ -194,7 +194,7 @@ def run(
     kwargs: dict[str, Any],
     offset: int = 0,
 ) -> dict[str, Any]:
-    """One pass, the paths of each request in rotated order (``rotated(..., offset + k)`` for
+    """One pass, the paths of each request in shuffled order (``rotated(..., offset + k)`` for
     the k-th request). Per request: (messages, whether it opens its conversation, CPU seconds
     per path), the same in wall seconds, and the mismatch counts."""
     rows: list[Row] = []
@@ -370,7 +370,7 @@ def report(workload: str, passes: list[dict[str, Any]]) -> None:
     rows_by_pass: list[list[Row]] = [p["rows"] for p in passes]
     n = len(rows_by_pass[0])
     print(
-        f"\n### {workload}: {n} requests, {len(passes)} passes, paths rotated per request; "
+        f"\n### {workload}: {n} requests, {len(passes)} passes, paths shuffled per request; "
         "CPU ms/request, median of the passes' means (speed-up = transformers / path, median of "
         "the passes' ratios)\n"
     )
@@ -460,7 +460,7 @@ def long_agent(fam: boundary.Family, hf: Any, kwargs: dict[str, Any], repeat: in
     """Per-request cost as an agent conversation grows to 128k tokens: every request (one per
     assistant turn) goes through one session in order, and the ``window`` requests just under
     each of ``LONG_SIZES`` tokens are also rendered cold, by transformers and as the new text
-    alone, the paths rotated per request; ``repeat`` passes with a fresh session each, every
+    alone, the paths shuffled per request; ``repeat`` passes with a fresh session each, every
     figure the median of the passes' means (CPU time). Beside them, the floors that grow with
     the conversation for any session that hands out a list of ids of its own and keys the
     messages by exact content (``LONG_FLOORS``), and what the session costs beyond them."""
