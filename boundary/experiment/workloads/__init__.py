@@ -142,24 +142,36 @@ def rendered_sessions(
         stream.requests = [r for session in sessions.values() for r in session]
         provenance.update(_records_held(lines))  # saved with the stream; the key is the file's digest
     else:
-        skipped = 0
-        for k, script in enumerate(scripts):
-            if k % 20 == 0:
-                say(f"rendering session {k + 1}/{len(scripts)} with {fam.name}")
-            result = render_session(
-                fam,
-                script,
-                client=options.client,
-                render=render,
-                formatter=formatter,
-                rewrite_head=options.system_prompt == "head_rewrite",
-            )
-            stream.requests.extend(result.requests)
-            skipped += result.skipped
-        provenance["skipped_model_calls"] = skipped
+        provenance["skipped_model_calls"] = _render_scripts(stream, fam, scripts, options, render, say)
     if use_cache:
         stream.save(cached)
     return stream
+
+
+def _render_scripts(
+    stream: Stream,
+    fam: boundary.Family,
+    scripts: list[SessionScript],
+    options: WorkloadOptions,
+    render: dict[str, Any],
+    say: Progress,
+) -> int:
+    """Render every script's model calls into ``stream``; the calls skipped."""
+    skipped = 0
+    for k, script in enumerate(scripts):
+        if k % 20 == 0:
+            say(f"rendering session {k + 1}/{len(scripts)} with {fam.name}")
+        result = render_session(
+            fam,
+            script,
+            client=options.client,
+            render=render,
+            formatter=native_output,
+            rewrite_head=options.system_prompt == "head_rewrite",
+        )
+        stream.requests.extend(result.requests)
+        skipped += result.skipped
+    return skipped
 
 
 def first_sessions(
