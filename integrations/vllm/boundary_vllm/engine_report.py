@@ -70,7 +70,7 @@ def markdown(result: Mapping[str, Any], *, title: str | None = None) -> str:
         out += [
             "",
             f"### unit {unit['unit']}, block {unit['block_size']}: {unit['pages']:,} pages, "
-            f"{unit['concurrency']} sessions in flight",
+            f"at most {unit['concurrency']} sessions in flight",
             "",
             *runs_table(unit),
             "",
