@@ -13,7 +13,8 @@ the model's prediction for the engine's order, and the agreement (requests whose
 the engine's). The two executors' schedules differ, so their reuse columns are compared as
 figures, and only the agreement column is a per-request check.
 
-Targets: Qwen3-Next-80B-A3B (block 544) and Qwen3.5-35B-A3B (block 1056), each at units 16 and 64;
+Targets: Qwen3-Next-80B-A3B (block 544) and Qwen3.5-35B-A3B (block 1056), each at units 16 and 32
+(64 divides neither block, and vLLM refuses a unit that does not divide its block);
 workloads tau-bench, BFCL (base) and ShareGPT-like chats (``mt_bench.sharegpt_like``), rendered
 with Qwen3.5 (the tiny models' vocabulary). Rows are appended to ``--out``/rows.jsonl as each run
 ends, and the Markdown table is rewritten, so a run cut short keeps what it measured.
@@ -163,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--policies", default=",".join(v.value for v in Variant))
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    units = tuple(args.unit or (16, 64))
+    units = tuple(args.unit or (16, 32))
     rows: list[dict[str, Any]] = []
     for workload in args.workload or WORKLOADS:
         stream = stream_for(workload, args.sessions, args.out)
