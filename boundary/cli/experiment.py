@@ -193,7 +193,7 @@ def _add_load_arguments(p: argparse.ArgumentParser) -> None:
         "--eviction",
         choices=("engine_steps", "byte_lru"),
         default="engine_steps",
-        help="equal-capacity eviction: vLLM's block pool page by page (default) or byte-LRU (approximate)",
+        help="equal-capacity eviction: vLLM's block pool page by page (default) or byte-LRU (a what-if)",
     )
     p.add_argument("--load-replicas", type=int, default=1, help="load sweep: engine replicas (default 1)")
     p.add_argument(
