@@ -348,7 +348,7 @@ def _vllm_model(
     from boundary_vllm import scenarios
     from boundary_vllm.compat import ASYNC_SCHEDULING
     from boundary_vllm.engine_run import EngineRun, EngineShape
-    from boundary_vllm.prediction import ModelShape, predicted_hits
+    from boundary_vllm.prediction import ModelShape, observed, predicted_hits
     from boundary_vllm.tiny_models import CONFIGS, model_dir
 
     from boundary.retention_policy import Variant
@@ -387,7 +387,7 @@ def _vllm_model(
     predicted: dict[str, list[list[int]] | None] = {}
     for name, outcomes in runs.items():
         if name != scenarios.CACHE_OFF:
-            seen = scenarios.observed(ss, outcomes)
+            seen = observed(ss, outcomes)
             predicted[name] = None if seen is None else predicted_hits(seen, Variant(name), geometry)
     rows = scenarios.request_rows(ss, runs, predicted=predicted, tolerance=tolerance)
     summaries = scenarios.summarize(ss, runs, tolerance)

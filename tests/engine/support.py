@@ -69,8 +69,8 @@ def with_policy(ss: Sequence[Sequence[Any]], variant: Variant) -> list[list[Any]
 
 def observed(ss: Sequence[Sequence[Any]], outcomes: Sequence[Sequence[Any]]) -> list[list[Any]]:
     """The requests as the engine ran them, for ``boundary_vllm.prediction``
-    (``scenarios.observed``); every request logged, none preempted."""
-    from boundary_vllm.scenarios import observed as as_observed
+    (``prediction.observed``); every request logged, none preempted."""
+    from boundary_vllm.prediction import observed as as_observed
 
     seen = as_observed(ss, outcomes)
     assert seen is not None, "a request without a step log, or preempted"

@@ -33,8 +33,8 @@ from typing import Any
 from boundary.cache import CacheGeometry, CacheRequest, OracleCache, PrefixHasher
 from boundary.experiment.stream import Stream, StreamRequest
 from boundary.retention_policy import Variant
-from boundary_vllm.engine_run import EngineOutcome, EngineRequest, EngineRun, EngineShape
-from boundary_vllm.prediction import ModelShape, Observed, predicted_hits
+from boundary_vllm.engine_run import EngineRequest, EngineRun, EngineShape
+from boundary_vllm.prediction import ModelShape, Observed, observed, predicted_hits
 from boundary_vllm.tiny_models import ATTENTION_TOKEN_BYTES, CPU_BLOCK_ALIGNMENT, model_dir, shaped_kind
 
 GIB = 2**30
@@ -177,35 +177,6 @@ def start_engine(geometry: CacheGeometry, plan: PoolPlan, config: EngineExperime
             f"block {geometry.block_size}, {plan.pages} pages and the null block"
         )
     return run
-
-
-def observed(
-    requests: Sequence[Sequence[EngineRequest]], outcomes: Sequence[Sequence[EngineOutcome]]
-) -> list[list[Observed]] | None:
-    """The requests as the engine ran them (tokens it generated, its scheduler's steps); None
-    after a preemption, which the cache model does not reproduce."""
-    out = []
-    for session, outs in zip(requests, outcomes, strict=True):
-        row = []
-        for r, o in zip(session, outs, strict=True):
-            log = o.logged
-            if log is None or log.finished is None or log.preemptions:
-                return None
-            row.append(
-                Observed(
-                    r.prompt_token_ids,
-                    log.output_token_ids,
-                    r.input_end,
-                    r.stop_token_ids,
-                    r.round_trip,
-                    r.horizon,
-                    log.admitted,
-                    log.finished,
-                    tuple(log.steps),
-                )
-            )
-        out.append(row)
-    return out
 
 
 def oracle_hits(seen: Sequence[Sequence[Observed]], unit: int) -> list[list[int]]:

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
 from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide, may_keep_decode
 from boundary_vllm.decode_end import final_d_end
+
+if TYPE_CHECKING:
+    from boundary_vllm.engine_run import EngineOutcome, EngineRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,3 +131,32 @@ def predicted_hits(
             model.finish(rids[(si, ri)], now=step + 0.5, decision=final)
         model.check_invariants()
     return [[hits[(si, ri)] for ri in range(len(s))] for si, s in enumerate(sessions)]
+
+
+def observed(
+    requests: Sequence[Sequence[EngineRequest]], outcomes: Sequence[Sequence[EngineOutcome]]
+) -> list[list[Observed]] | None:
+    """The requests as the engine ran them (the tokens it generated, its scheduler's steps);
+    None without a step log or after a preemption, which the cache model does not reproduce."""
+    out = []
+    for session, outs in zip(requests, outcomes, strict=True):
+        row = []
+        for r, o in zip(session, outs, strict=True):
+            log = o.logged
+            if log is None or log.finished is None or log.preemptions:
+                return None
+            row.append(
+                Observed(
+                    r.prompt_token_ids,
+                    log.output_token_ids,
+                    r.input_end,
+                    r.stop_token_ids,
+                    r.round_trip,
+                    r.horizon,
+                    log.admitted,
+                    log.finished,
+                    tuple(log.steps),
+                )
+            )
+        out.append(row)
+    return out

@@ -278,36 +278,6 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:,.0f} ms"
 
 
-def observed(ss: Sequence[Sequence[EngineRequest]], outcomes: Outcomes) -> list[list[Any]] | None:
-    """The requests as the engine ran them, for ``boundary_vllm.prediction`` (the tokens it
-    generated and its scheduler's steps); None without a step log or after a preemption, which
-    the cache model does not reproduce."""
-    from boundary_vllm.prediction import Observed
-
-    out = []
-    for session, outs in zip(ss, outcomes, strict=True):
-        row = []
-        for r, o in zip(session, outs, strict=True):
-            log = o.logged
-            if log is None or log.finished is None or log.preemptions:
-                return None
-            row.append(
-                Observed(
-                    r.prompt_token_ids,
-                    log.output_token_ids,
-                    r.input_end,
-                    r.stop_token_ids,
-                    r.round_trip,
-                    r.horizon,
-                    log.admitted,
-                    log.finished,
-                    tuple(log.steps),
-                )
-            )
-        out.append(row)
-    return out
-
-
 def request_rows(
     ss: Sequence[Sequence[EngineRequest]],
     runs: Mapping[str, Outcomes],
