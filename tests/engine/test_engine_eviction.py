@@ -70,18 +70,9 @@ def test_with_eviction_every_hit_is_the_one_the_cache_model_predicts(engine, run
 
 
 def model_shape(engine):
-    from boundary_vllm.prediction import ModelShape
+    from boundary_vllm.engine_experiment import model_shape as at_engine_layout
 
-    layout = engine.layout
-    return ModelShape(
-        layout.block_size,
-        UNIT,
-        page_bytes=layout.page_bytes,
-        attention_groups=layout.attention_groups,
-        recurrent_groups=layout.recurrent_groups,
-        capacity_bytes=(layout.num_blocks - 1) * layout.page_bytes,  # vLLM keeps one page as the null block
-        engine_steps=True,
-    )
+    return at_engine_layout(engine, UNIT)
 
 
 def test_the_pool_evicts_kept_states(engine, runs):
