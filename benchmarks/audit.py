@@ -14,7 +14,7 @@ the assistant message that follows, with seeded synthetic reasoning). In the sam
   next request with its cause, reuse of every earlier checkpoint, stability horizon).
 
 Reported: turns per second for each, best of ``--repeat`` full passes, and the ratio. Each
-pass starts with an empty segment cache (``boundary.segment_cache``).
+pass starts with an empty segment cache (``boundary.tokenize.segment_cache``).
 
 Usage: python benchmarks/audit.py [--family qwen3_5] [--trajectories 200] [--repeat 3]
 """
@@ -27,8 +27,8 @@ import time
 
 import boundary
 from boundary.audit.runner import AuditSettings, audit_requests
-from boundary.segment_cache import SegmentCache
-from boundary.trace import sessions, tau_bench_trace
+from boundary.tokenize.segment_cache import SegmentCache
+from boundary.trace.records import sessions, tau_bench_trace
 
 
 def main() -> None:

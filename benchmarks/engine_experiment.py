@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from boundary.cache.accounting import CacheGeometry, geometry_for_unit, minimum_block_size
+from boundary.checkpoints.retention import Variant
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.harness import ExperimentConfig, GivenGeometry, run_experiment
 from boundary.experiment.presets import PRESETS
@@ -42,7 +43,6 @@ from boundary.experiment.stream import Stream
 from boundary.experiment.workloads import WorkloadOptions, build_stream
 from boundary.experiment.workloads.mt_bench import sharegpt_like
 from boundary.experiment.workloads.script import SessionScript, client_history, with_reasoning
-from boundary.retention_policy import Variant
 
 TARGETS = {544: "Qwen3-Next-80B-A3B", 1056: "Qwen3.5-35B-A3B"}
 WORKLOADS = ("tau_bench", "bfcl", "sharegpt_like")

@@ -23,9 +23,9 @@ import statistics
 import time
 
 import boundary
-from boundary.datasets import tau_bench_airline
-from boundary.encoding import SegmentEncoder
-from boundary.segment_cache import SegmentCache
+from boundary.shipped.datasets import tau_bench_airline
+from boundary.tokenize.segment_cache import SegmentCache
+from boundary.tokenize.segments import SegmentEncoder
 
 
 def requests(n_trajectories: int) -> list[list[dict]]:
@@ -40,7 +40,7 @@ def requests(n_trajectories: int) -> list[list[dict]]:
 def timed(fns: dict, items: list, repeat: int, segments: SegmentEncoder | None) -> dict[str, list[float]]:
     """Best-of-``repeat`` wall time per item and path, in seconds. The paths are interleaved
     request by request, so load on the machine affects them alike. Each path has its own
-    segment cache (``boundary.segment_cache``, of ``segments``), empty at each pass: a segment
+    segment cache (``boundary.tokenize.segment_cache``, of ``segments``), empty at each pass: a segment
     is served only by what the same path encoded for another request of the same pass."""
     best = {name: [float("inf")] * len(items) for name in fns}
     for _ in range(repeat):

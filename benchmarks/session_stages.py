@@ -13,7 +13,7 @@ unchanged head is ``incremental_chain.replay_chain`` and the other replayed iter
 ``Run._replay_run``), reading the marks, keeping the iterations for the next request
 (``Incremental._keep``) and encoding (``Session._encode``). One warm-up pass, then one timed
 pass; the heap frozen after the warm-up, as in ``sessions.py``; each pass starts with an empty
-segment cache (``boundary.segment_cache``). The stages nest, so they do
+segment cache (``boundary.tokenize.segment_cache``). The stages nest, so they do
 not add up to the total; the timer itself costs about 0.1 µs a stage.
 
 Usage: python benchmarks/session_stages.py [--family qwen3_5] [--trajectories 60]
@@ -31,11 +31,13 @@ from typing import Any
 from sessions import _requests  # type: ignore[import-not-found]
 
 import boundary
-from boundary import incremental, incremental_run, template_run
-from boundary.incremental_run import Run
+from boundary.render import template_run
 from boundary.request.identity import SeenPrefix
-from boundary.segment_cache import SegmentCache
-from boundary.session import Session
+from boundary.session.incremental import run as incremental_run
+from boundary.session.incremental import store as incremental
+from boundary.session.incremental.run import Run
+from boundary.session.session import Session
+from boundary.tokenize.segment_cache import SegmentCache
 
 BUCKETS = ((5, 9), (30, 40))
 STAGES: list[tuple[Any, str, str]] = [

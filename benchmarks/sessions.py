@@ -9,7 +9,7 @@ Five workloads, each request sent in conversation order:
 - ``tau``: the tau-bench airline replay: every assistant turn of every trajectory is one
   request (the conversation before it, generation prompt on);
 - ``tau-tools``: the same requests, each with the trajectories' tool schemas (inferred from
-  their calls: ``boundary.datasets.tau_bench_airline_tools``);
+  their calls: ``boundary.shipped.datasets.tau_bench_airline_tools``);
 - ``prose``: MT-bench's 80 two-turn conversations (GPT-4's reference answers where MT-bench
   ships them, seeded synthetic prose otherwise; ``boundary.experiment.workloads.mt_bench``):
   long user and assistant messages, few turns; one request before each assistant message;
@@ -33,7 +33,7 @@ sessions, and every figure the median of the passes' figures (means, ratios, bou
 - session, full: a ``Session(incremental=False)``: the template re-run over the whole
   history every turn, only the new text tokenized;
 - session, incremental: the default ``Session``: unchanged message-loop iterations replayed
-  (``boundary.incremental``; the loop's unchanged head as one chain, ``incremental_chain``);
+  (``boundary.session.incremental.store``; the loop's unchanged head as one chain, ``incremental_chain``);
 - new text alone (a floor, not a path): the tokenizer encoding only the text after what this
   request shares with the previous one of its conversation, which any session must encode;
   transformers over it bounds what a session can reach on the workload;
@@ -54,7 +54,7 @@ the unsandboxed template on first requests plus the new text alone on every requ
 most such a design could reach, were all its other work free (the report also gives it with
 the sandboxed run in place of the unsandboxed one).
 
-Each path has its own segment cache (``boundary.segment_cache``, the ids of long segments
+Each path has its own segment cache (``boundary.tokenize.segment_cache``, the ids of long segments
 kept across requests), empty at the start of each pass: a segment one path encoded never
 serves another path, nor the next pass.
 
@@ -96,13 +96,13 @@ import jinja2
 from transformers.utils.chat_template_utils import _compile_jinja_template
 
 import boundary
-from boundary.datasets import tau_bench_airline, tau_bench_airline_tools
 from boundary.experiment.workloads import mt_bench
 from boundary.prefixes import common_prefix_length
+from boundary.render.sandbox import RenderLimits
 from boundary.request.identity import content_key
-from boundary.sandbox import RenderLimits
-from boundary.segment_cache import SegmentCache
-from boundary.session import Session
+from boundary.session.session import Session
+from boundary.shipped.datasets import tau_bench_airline, tau_bench_airline_tools
+from boundary.tokenize.segment_cache import SegmentCache
 
 clock = time.process_time
 PATHS = (
@@ -148,7 +148,7 @@ def _ids(encoded: Any) -> list[int]:
 
 
 def segment_caches(fam: boundary.Family) -> Callable[[str], None]:
-    """``use(path)`` gives the tokenizer the segment cache (``boundary.segment_cache``) of
+    """``use(path)`` gives the tokenizer the segment cache (``boundary.tokenize.segment_cache``) of
     ``path``, its own and empty at first: one path's encodings never serve another's (a
     deployment takes one path), nor one pass's the next."""
     segments = fam.tokenizer.segments

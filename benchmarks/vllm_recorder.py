@@ -26,8 +26,8 @@ from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 from boundary_vllm.workload import conversation_turns, with_reasoning
 
 import boundary
-from boundary.datasets import tau_bench_airline
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
+from boundary.shipped.datasets import tau_bench_airline
 
 
 def sessions(conversations: int, messages: int) -> list[list[ReplayRequest]]:

@@ -25,9 +25,9 @@ from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 from boundary_vllm.workload import Turn, conversation_turns, with_reasoning
 
 import boundary
-from boundary.datasets import tau_bench_airline
+from boundary.checkpoints.retention import Variant
 from boundary.prefixes import common_prefix_length
-from boundary.retention_policy import Variant
+from boundary.shipped.datasets import tau_bench_airline
 
 
 def session(turns: list[Turn]) -> list[ReplayRequest]:

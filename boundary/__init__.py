@@ -18,12 +18,11 @@ Data flows one way, and imports follow it (``tests/test_imports.py`` fails on an
     retention_policy  ->  outputs (codec, reading)  ->  round trip (roundtrip, divergence)
     ->  horizon  ->  audit / experiment / cache model  ->  cli; integrations/vllm on top.
 
-``Family`` (``boundary.family``) is a thin facade that wraps a ``Renderer`` and adds sessions
+``Family`` (``boundary.family.facade``) is a thin facade that wraps a ``Renderer`` and adds sessions
 and the round trip; nothing below it imports it. ``import boundary`` never imports vllm.
 """
 
-from boundary.checkpoints import Checkpoint, CheckpointKind, materialize
-from boundary.divergence import Cause
+from boundary.checkpoints.kinds import Checkpoint, CheckpointKind, materialize
 from boundary.errors import (
     BoundaryError,
     ModelNotFoundError,
@@ -35,16 +34,17 @@ from boundary.errors import (
     TemplateRenderError,
     TokenizerError,
 )
-from boundary.family import Family, FamilySpec, family_names, family_spec, load_family
-from boundary.horizon import Horizon, stability_horizon
+from boundary.family.facade import Family, FamilySpec, family_names, family_spec, load_family
 from boundary.offsets import Boundary, BoundaryStatus, CharOffset, Span, TokenOffset
 from boundary.outputs import GeneratedOutput, OutputStatus, ParsedOutput, format_output, parse_output
+from boundary.render.sandbox import RenderLimits
 from boundary.renderer import Renderer
-from boundary.rendering import Rendering
-from boundary.roundtrip import ClientHabits, ContinuationCheck, RoundTrip, Tail, verify_round_trip
-from boundary.sandbox import RenderLimits
-from boundary.session import Session, SessionCache, SessionStats
-from boundary.tokenizer import Tokenizer
+from boundary.session.session import Session, SessionCache, SessionStats
+from boundary.tokenize.rendering import Rendering
+from boundary.tokenize.tokenizer import Tokenizer
+from boundary.verify.divergence import Cause
+from boundary.verify.horizon import Horizon, stability_horizon
+from boundary.verify.roundtrip import ClientHabits, ContinuationCheck, RoundTrip, Tail, verify_round_trip
 
 __version__ = "0.1.0"
 

@@ -56,7 +56,7 @@ class SandboxViolation(TemplateError):
 
 
 class RenderLimitExceeded(SandboxViolation):
-    """The render ran past one of the documented limits in ``boundary.sandbox.RenderLimits``."""
+    """The render ran past one of the documented limits in ``boundary.render.sandbox.RenderLimits``."""
 
 
 class TokenizerError(BoundaryError):

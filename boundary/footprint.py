@@ -1,6 +1,7 @@
 """What a kept value holds in memory, in bytes, counted the cheap way.
 
-Where it sits: beside the render stage, under ``boundary.session`` and ``boundary.incremental``,
+Where it sits: beside the render stage, under ``boundary.session.session`` and
+``boundary.session.incremental.store``,
 which count what a session keeps with it (``Session.nbytes``); it imports nothing of the package.
 
 ``sys.getsizeof`` of a ``str``, ``bytes`` or list is exact and O(1) (a string's size follows

@@ -4,7 +4,7 @@ Where it sits: the middle of the data flow — request (``request``: validate, n
 render (``template_run``: sandboxed, instrumented Jinja; ``marks``; ``continuation``;
 ``template_kwargs``) -> boundaries (``boundaries``: ids, U_end, P_end, as a ``Rendering``).
 Everything downstream (sessions, outputs, round trip, horizon, audit, experiment, the vLLM
-plugin) takes a ``Renderer``; the ``Family`` facade (``boundary.family``) adds those features
+plugin) takes a ``Renderer``; the ``Family`` facade (``boundary.family.facade``) adds those features
 on top without them importing it back.
 """
 
@@ -17,25 +17,20 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Protocol, get_args
 
-from boundary.boundaries import (
-    Encoder,
-    encode_rendering,
-    encode_rendering_sanitized,
-    mark_control_tokens,
-)
-from boundary.content_format import detect_content_format
-from boundary.continuation import cut_after_final_message, generation_prompt, open_final_message
-from boundary.encoding import token_pattern
 from boundary.errors import RequestError, TemplateLoadError
-from boundary.marks import TextRendering
-from boundary.render_target import (
+from boundary.render.content_format import detect_content_format
+from boundary.render.continuation import cut_after_final_message, generation_prompt, open_final_message
+from boundary.render.marks import TextRendering
+from boundary.render.sandbox import DEFAULT_LIMITS, RenderLimits
+from boundary.render.target import (
     RenderTarget,
     resolve_target,
     template_tools,
     transformers_message,
     vllm_message,
 )
-from boundary.rendering import Rendering
+from boundary.render.template_kwargs import ResolvedKwargs, resolve_kwargs
+from boundary.render.template_run import CompiledTemplate, TemplateRunner, compile_template, run_template
 from boundary.request.identity import as_read
 from boundary.request.limits import check_value
 from boundary.request.models import Message, Tool
@@ -46,11 +41,16 @@ from boundary.request.validation import (
     parse_tools,
     to_template_messages,
 )
-from boundary.sandbox import DEFAULT_LIMITS, RenderLimits
-from boundary.spec import FamilySpec
-from boundary.template_kwargs import ResolvedKwargs, resolve_kwargs
-from boundary.template_run import CompiledTemplate, TemplateRunner, compile_template, run_template
-from boundary.tokenizer import Tokenizer, template_literals
+from boundary.shipped.spec import FamilySpec
+from boundary.tokenize.encode import (
+    Encoder,
+    encode_rendering,
+    encode_rendering_sanitized,
+    mark_control_tokens,
+)
+from boundary.tokenize.rendering import Rendering
+from boundary.tokenize.segments import token_pattern
+from boundary.tokenize.tokenizer import Tokenizer, template_literals
 
 TOOL_USE = "tool_use"
 """The named template transformers and vLLM render with when a request gives tools."""
@@ -142,7 +142,7 @@ class Renderer:
         target: str | RenderTarget | None = None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
         """Validate a request and normalize it into the dicts ``variant``'s template reads, as
-        ``target`` hands them over (``boundary.render_target``; default ``vllm-0.33``).
+        ``target`` hands them over (``boundary.render.target``; default ``vllm-0.33``).
         ``strict_request`` refuses fields and content part types outside the OpenAI schema."""
         check_arguments(arguments)
         resolved = resolve_target(target)
@@ -251,7 +251,7 @@ class Renderer:
         chooses whether tool-call arguments reach the template as objects or as the JSON text
         the client sent (default: ``tool_arguments(variant)``); ``strict_request`` refuses
         fields outside the OpenAI chat schema; ``target`` names whose request handling the
-        render reproduces (``boundary.render_target``: ``"vllm-0.33"``, the default, or
+        render reproduces (``boundary.render.target``: ``"vllm-0.33"``, the default, or
         ``"transformers"``), an unknown one being a ``RequestError`` at ``target``.
 
         ``continue_final_message`` (True for the content, or the name of the field to
@@ -420,7 +420,7 @@ class Renderer:
 
 
 class HoldsRenderer(Protocol):
-    """A facade over a ``Renderer`` (``boundary.family.Family``): the public entry points of
+    """A facade over a ``Renderer`` (``boundary.family.facade.Family``): the public entry points of
     the stages below take one in a renderer's place."""
 
     @property

@@ -24,9 +24,9 @@ from typing import Any
 
 from boundary.audit.template_check import RequestCheck, TemplateCheck, check, requests_of
 from boundary.audit.template_corpus import CorpusEntry, builtin_corpus
-from boundary.family import Family
-from boundary.horizon import active_rewrites
+from boundary.family.facade import Family
 from boundary.renderer import Renderer
+from boundary.verify.horizon import active_rewrites
 
 __all__ = [
     "CorpusEntry",

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boundary.checkpoints import (
+from boundary.checkpoints.kinds import (
     Checkpoint,
     CheckpointKind,
     checkpoint_position,
@@ -16,8 +16,8 @@ from boundary.checkpoints import (
     materialize,
     prompt_end_position,
 )
+from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant, decide
 from boundary.offsets import TokenOffset
-from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide
 
 
 @given(logical=st.integers(0, 10**7), unit=st.integers(1, 4096))

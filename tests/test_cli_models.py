@@ -16,8 +16,8 @@ import boundary
 from boundary.cli.main import main
 from boundary.experiment import model_config
 from boundary.experiment.harness import ExperimentResult
-from boundary.registry import family_spec
-from boundary.resources import data_dir
+from boundary.family.registry import family_spec
+from boundary.shipped.resources import data_dir
 
 SHIPPED = "qwen3_5"
 CHATS = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from boundary.datasets import (
+from boundary.shipped.datasets import (
     default_conversation,
     inferred_tool_schemas,
     tau_bench_airline,

@@ -24,7 +24,7 @@ import tokenizers
 from tokenizers import AddedToken, models, normalizers, pre_tokenizers, trainers
 
 import boundary
-from boundary.encoding import CutRule, cut_rule
+from boundary.tokenize.segments import CutRule, cut_rule
 
 _CORPUS = [
     "Hello there, I would like to change my flight please.",
@@ -392,7 +392,7 @@ _MAP_TEXTS = [
 def test_the_tiktoken_path_maps_every_position_as_the_full_encoding_does(name: str) -> None:
     """``CutTokenMap`` reads a segment's boundaries off the ids it already has (byte lengths):
     at every character of every text, the same (token, char) as ``tokenizers``' own offsets."""
-    from boundary.tokenizer import EncodingTokenMap
+    from boundary.tokenize.tokenizer import EncodingTokenMap
 
     tok = boundary.load_family(name).tokenizer
     for text in _MAP_TEXTS:
@@ -409,7 +409,7 @@ def test_a_whitespace_run_tiktoken_cannot_encode_gives_the_same_ids_through_toke
     tok = boundary.load_family("qwen3").tokenizer
     assert tok.segments is not None
     text = "<|im_start|>a" + " " * 1_000_000 + "b<|im_end|>"
-    from boundary.tokenizer import EncodingTokenMap
+    from boundary.tokenize.tokenizer import EncodingTokenMap
 
     encoded = tok.encode(text)
     reference = tok.backend.encode(text, add_special_tokens=False)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.resources import data_dir
+from boundary.shipped.resources import data_dir
 from tests.support import FIXED_NOW, ROOT, family, fixed_strftime, fixture_cases, reference_request
 
 HYBRID = {

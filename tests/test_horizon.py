@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from boundary.errors import RequestError, TemplateRenderError
-from boundary.horizon import generated_char_ends, stability_horizon
 from boundary.outputs import format_output, parse_output
 from boundary.prefixes import common_prefix_length as common_prefix
-from boundary.roundtrip import ClientHabits
+from boundary.verify.horizon import generated_char_ends, stability_horizon
+from boundary.verify.roundtrip import ClientHabits
 from tests.support import (
     FIXED_NOW,
     family,

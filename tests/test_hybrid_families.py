@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.divergence import Cause
-from boundary.horizon import stability_horizon
+from boundary.verify.divergence import Cause
+from boundary.verify.horizon import stability_horizon
 from tests.support import (
     FIXED_NOW,
     WEATHER_TOOLS,
@@ -187,7 +187,7 @@ def test_lfm2_facts_are_labelled() -> None:
     assert fam.spec.hybrid and "Lfm2MoeForCausalLM" in fam.spec.architecture
     assert fam.tokenizer.stand_in and "no LFM2.5 vocabulary" in fam.tokenizer.source
     assert "LFM Open License" in fam.spec.variants[0].license
-    assert (boundary.resources.data_dir("templates") / "lfm2" / "NOTICE").is_file()
+    assert (boundary.shipped.resources.data_dir("templates") / "lfm2" / "NOTICE").is_file()
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"preserve_thinking": True}], ids=["defaults", "preserve"])

@@ -103,14 +103,16 @@ def test_the_features_never_import_the_family_facade() -> None:
     graph = import_graph(PACKAGE)
     below = [
         "boundary.renderer",
-        "boundary.session",
-        "boundary.roundtrip",
-        "boundary.horizon",
+        "boundary.session.session",
+        "boundary.verify.roundtrip",
+        "boundary.verify.horizon",
         "boundary.outputs",
     ]
     for name in below:
-        assert "boundary.family" not in graph[name], name
-    assert {"boundary.spec", "boundary.registry", "boundary.renderer"} <= graph["boundary.family"]
+        assert "boundary.family.facade" not in graph[name], name
+    assert {"boundary.shipped.spec", "boundary.family.registry", "boundary.renderer"} <= graph[
+        "boundary.family.facade"
+    ]
 
 
 def _write(root: Path, files: dict[str, str]) -> None:

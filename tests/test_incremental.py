@@ -1,6 +1,6 @@
 """Incremental runs of a template's message loop give exactly a full render's result.
 
-Differential: a session (which replays unchanged loop iterations, ``boundary.incremental``)
+Differential: a session (which replays unchanged loop iterations, ``boundary.session.incremental.store``)
 against a cold ``Family.render`` (the full render, itself held to transformers elsewhere and
 spot-checked against transformers here) on every turn of tau-bench, BFCL and MT-bench
 conversations, on every shipped template; under hypothesis, with earlier messages edited,
@@ -18,12 +18,12 @@ from hypothesis import strategies as st
 from transformers.utils.chat_template_utils import render_jinja_template
 
 import boundary
-from boundary.datasets import tau_bench_airline, tau_bench_airline_tools
 from boundary.errors import BoundaryError
 from boundary.experiment.workloads import bfcl, mt_bench
-from boundary.incremental import Incremental, IncrementalTemplate, compile_incremental
-from boundary.session import MIN_INCREMENTAL_MESSAGES, Session
-from boundary.template_run import compile_template, run_template
+from boundary.render.template_run import compile_template, run_template
+from boundary.session.incremental.store import Incremental, IncrementalTemplate, compile_incremental
+from boundary.session.session import MIN_INCREMENTAL_MESSAGES, Session
+from boundary.shipped.datasets import tau_bench_airline, tau_bench_airline_tools
 from tests.support import FIXED_NOW, family, kwarg_settings, shipped_variants
 from tests.test_session import _with_reasoning
 from tests.test_template_fuzz import _Sites, statements, templates

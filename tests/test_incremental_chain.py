@@ -1,4 +1,4 @@
-"""The head of the message loop replayed as one chain (``boundary.incremental_chain``): when the
+"""The head of the message loop replayed as one chain (``boundary.session.incremental.chain``): when the
 loop starts as it started last render and its first items are the same objects, their entries
 are replayed in one pass, checking only the reads that can differ. Each turn gives exactly what
 a full render gives, including where a limit stops it.
@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from boundary.datasets import tau_bench_airline
-from boundary.incremental import Incremental
-from boundary.incremental_chain import split_reads
-from boundary.sandbox import RenderLimits
-from boundary.session import Session
+from boundary.render.sandbox import RenderLimits
+from boundary.session.incremental.chain import split_reads
+from boundary.session.incremental.store import Incremental
+from boundary.session.session import Session
+from boundary.shipped.datasets import tau_bench_airline
 from tests.support import FIXED_NOW, family
 from tests.test_incremental import GROWING
 from tests.test_incremental_scan import SCAN, _full, _render
@@ -124,7 +124,7 @@ def test_reading_the_marks_skips_the_head_only_where_its_only_marks_are_message_
     """The head's text without marks comes from the last render (``marks.Splice``) when the
     head holds no mark but its iterations' message marks; a head with a probe's mark inside
     is read mark by mark. Either way the reading equals a full render's."""
-    import boundary.incremental as incremental_module
+    import boundary.session.incremental.store as incremental_module
 
     spliced: list[bool] = []
     real = incremental_module.read_marks

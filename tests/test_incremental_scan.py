@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.datasets import tau_bench_airline
 from boundary.errors import BoundaryError
-from boundary.incremental import Incremental, IncrementalTemplate, compile_incremental
-from boundary.sandbox import RenderLimits
-from boundary.template_run import compile_template, run_template
+from boundary.render.sandbox import RenderLimits
+from boundary.render.template_run import compile_template, run_template
+from boundary.session.incremental.store import Incremental, IncrementalTemplate, compile_incremental
+from boundary.shipped.datasets import tau_bench_airline
 from tests.support import FIXED_NOW, family
 from tests.test_incremental import GROWING, check_incremental
 

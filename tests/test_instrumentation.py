@@ -11,7 +11,7 @@ import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from boundary.prefixes import common_prefix_length
-from boundary.template_run import compile_template, run_template
+from boundary.render.template_run import compile_template, run_template
 
 MESSAGES = [
     {"role": "system", "content": "be brief"},

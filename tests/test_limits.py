@@ -22,8 +22,8 @@ import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
 import boundary
-from boundary.sandbox import RenderLimits, Sandbox
-from boundary.template_run import compile_template, run_template
+from boundary.render.sandbox import RenderLimits, Sandbox
+from boundary.render.template_run import compile_template, run_template
 
 MESSAGES = [
     {"role": "system", "content": "be brief"},
@@ -180,8 +180,8 @@ HARNESS = textwrap.dedent(
     """
     import json, os, resource, sys, time
     import boundary
-    from boundary.template_run import compile_template, run_template
-    from boundary.sandbox import RenderLimits
+    from boundary.render.template_run import compile_template, run_template
+    from boundary.render.sandbox import RenderLimits
 
     MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -451,7 +451,7 @@ def jinja2_undefined() -> Any:
 
 
 def test_a_render_holds_its_deadline_only_while_it_runs() -> None:
-    from boundary.sandbox import active_deadline
+    from boundary.render.sandbox import active_deadline
 
     run_template(compile_template("{{ 'x' * 300 }}"), MESSAGES)
     assert active_deadline() is None

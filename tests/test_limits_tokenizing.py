@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.sandbox import DEFAULT_LIMITS
-from boundary.template_run import compile_template
+from boundary.render.sandbox import DEFAULT_LIMITS
+from boundary.render.template_run import compile_template
 
 # What tokenizing an output of DEFAULT_LIMITS.max_output_chars may add to a process at most
 # (docs/limits.md), and the address space a case may add (tiktoken and tokenizers reserve more
@@ -44,7 +44,7 @@ HARNESS = textwrap.dedent(
     """
     import json, os, resource, sys, time
     import boundary
-    from boundary.sandbox import RenderLimits
+    from boundary.render.sandbox import RenderLimits
 
     def rss_mib(field):
         with open("/proc/self/status") as f:
@@ -231,9 +231,9 @@ def test_the_segment_encoder_reads_the_clock_at_least_every_64_ki_characters() -
 
 @pytest.mark.parametrize("family", ["qwen3", "deepseek_v3"])
 def test_a_rendering_past_its_deadline_is_refused_by_tokenizing(family: str) -> None:
-    from boundary.boundaries import encode_rendering
-    from boundary.marks import TextRendering
-    from boundary.sandbox import Deadline, RenderLimits
+    from boundary.render.marks import TextRendering
+    from boundary.render.sandbox import Deadline, RenderLimits
+    from boundary.tokenize.encode import encode_rendering
 
     rendered = TextRendering(
         "hello <|im_start|> world", None, "n/a", (), (), Deadline(RenderLimits(max_seconds=0))

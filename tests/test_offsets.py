@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from boundary.offsets import OffsetsTokenMap, PiecewiseTokenMap
-from boundary.tokenizer import EncodingTokenMap, load_vocabulary
+from boundary.tokenize.tokenizer import EncodingTokenMap, load_vocabulary
 
 
 def test_floor_lands_on_the_deepest_clean_boundary() -> None:
@@ -65,7 +65,7 @@ def test_the_type_checker_refuses_a_char_offset_where_a_token_offset_is_meant(
     monkeypatch.chdir(Path(__file__).resolve().parents[1])  # the project's mypy config
     mixed = tmp_path / "mixed.py"
     mixed.write_text(
-        "from boundary.checkpoints import Checkpoint, CheckpointKind\n"
+        "from boundary.checkpoints.kinds import Checkpoint, CheckpointKind\n"
         "from boundary.offsets import CharOffset, OffsetsTokenMap, TokenOffset, locate\n"
         "Checkpoint.at(CheckpointKind.INPUT_END, TokenOffset(3), 1, p_end=TokenOffset(4))\n"
         "locate(OffsetsTokenMap([], 0), CharOffset(0))\n"

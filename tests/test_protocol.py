@@ -284,7 +284,7 @@ _PLAIN_CASES = [
 def test_plain_messages_normalize_as_their_models_do(family_name: str) -> None:
     """A plain message skips the models; its dict is exactly what ``normalize`` makes of its
     model, for every role, in a conversation mixing plain and other messages."""
-    from boundary.render_target import VLLM_0_33
+    from boundary.render.target import VLLM_0_33
     from boundary.request.validation import parse_messages_or_plain, plain_message
 
     fam = boundary.load_family(family_name).renderer

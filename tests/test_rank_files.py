@@ -16,9 +16,14 @@ from pathlib import Path
 import pytest
 
 import boundary
-from boundary.rank_files import RankFile, read_cached, write_cached
-from boundary.resources import data_dir
-from boundary.shipped_vocabularies import _converted_tiktoken, rank_source, vocabulary_names, vocabulary_spec
+from boundary.shipped.resources import data_dir
+from boundary.tokenize.rank_files import RankFile, read_cached, write_cached
+from boundary.tokenize.shipped_vocabularies import (
+    _converted_tiktoken,
+    rank_source,
+    vocabulary_names,
+    vocabulary_spec,
+)
 
 TEXT = "hello world, hello again"
 SWAPPED = (b"hello", b" world")  # two tokens of TEXT whose ranks the planted copies swap
@@ -44,7 +49,7 @@ CHILD = textwrap.dedent(
     from pathlib import Path
     from tiktoken.load import load_tiktoken_bpe
     from boundary import load_family
-    from boundary.resources import data_dir
+    from boundary.shipped.resources import data_dir
 
     rank_file, text, tampered = sys.argv[1], sys.argv[2], Path(sys.argv[3]).read_bytes()
     cache_key = hashlib.sha1(rank_file.encode()).hexdigest()

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.marks import CLOSE, OPEN
-from boundary.template_run import compile_template, run_template
+from boundary.render.marks import CLOSE, OPEN
+from boundary.render.template_run import compile_template, run_template
 from tests.support import (
     FIXED_NOW,
     family,
@@ -205,7 +205,7 @@ def test_compiled_templates_are_cached_by_source() -> None:
 def test_each_render_marks_with_a_fresh_nonce_that_a_message_cannot_forge(monkeypatch) -> None:
     """A message that carries the exact marks of an earlier render (its nonce included) is
     plain text to the next render: the text is transformers' and U_end does not move."""
-    import boundary.template_run as render_module
+    import boundary.render.template_run as render_module
 
     nonces: list[str] = []
     real = render_module.secrets.token_hex
@@ -249,7 +249,7 @@ def test_a_renders_context_is_the_one_jinja2_builds() -> None:
     global names, for a shipped template and for one with globals of its own."""
     import jinja2
 
-    from boundary.template_run import new_context
+    from boundary.render.template_run import new_context
 
     shipped = compile_template(boundary.load_family("qwen3_5").template()).template
     env = jinja2.Environment()

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import boundary
-from boundary.render_target import DEFAULT_TARGET, resolve_target, transformers_target
+from boundary.render.target import DEFAULT_TARGET, resolve_target, transformers_target
 from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases, loops_over_content
 
 TRANSFORMERS = tuple(int(p) for p in metadata.version("transformers").split(".")[:3])
@@ -400,8 +400,8 @@ CRAFTED_FORMATS = [
 def test_the_content_format_is_the_one_vllm_detects() -> None:
     from vllm.renderers.hf import _detect_content_format
 
-    from boundary.content_format import detect_content_format
-    from boundary.registry import shipped_templates
+    from boundary.family.registry import shipped_templates
+    from boundary.render.content_format import detect_content_format
     from tests.test_family import HELD_OUT
 
     sources = [t for n in boundary.family_names() for t in shipped_templates(n).values()]

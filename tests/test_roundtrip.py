@@ -21,12 +21,12 @@ from typing import Any
 
 import pytest
 
-from boundary.checkpoints import CheckpointKind
+from boundary.checkpoints.kinds import CheckpointKind
 from boundary.errors import TemplateRenderError
-from boundary.family import family_spec
+from boundary.family.facade import family_spec
 from boundary.outputs import OutputStatus, format_output, output_format
 from boundary.prefixes import common_prefix_length as common_prefix
-from boundary.roundtrip import Cause, ClientHabits, Tail, verify_round_trip
+from boundary.verify.roundtrip import Cause, ClientHabits, Tail, verify_round_trip
 from tests.support import (
     FIXED_NOW,
     family,
@@ -138,7 +138,7 @@ def test_reusable_length_equals_the_token_common_prefix_with_the_real_next_rende
     )
     assert r.prompt.token_ids == prompt_ids
     if nxt is None:  # probed: the oracle renders the same continuation messages
-        from boundary.roundtrip import continuation_messages
+        from boundary.verify.roundtrip import continuation_messages
 
         # the continuation is built from boundary's reading of the turn: check that reading
         # against the message the turn was written from (words; the engine keeps framing spaces)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 import boundary
-from boundary.sandbox import RenderLimits
-from boundary.template_run import compile_template, run_template
+from boundary.render.sandbox import RenderLimits
+from boundary.render.template_run import compile_template, run_template
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -107,7 +107,7 @@ def test_default_limits_render_the_longest_tau_bench_request_exactly_as_transfor
     """The limits leave room for real work: the longest tau-bench conversation (up to its last
     user message) renders under the defaults, text and ids equal to transformers' unlimited
     render of it."""
-    from boundary.datasets import tau_bench_airline
+    from boundary.shipped.datasets import tau_bench_airline
     from tests.support import FIXED_NOW, family, fixed_strftime, reference_request, reference_tokenizer
 
     fam = family("gpt_oss")

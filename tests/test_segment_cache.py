@@ -12,8 +12,8 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 import boundary
-from boundary.datasets import tau_bench_airline
-from boundary.segment_cache import SegmentCache
+from boundary.shipped.datasets import tau_bench_airline
+from boundary.tokenize.segment_cache import SegmentCache
 
 
 def test_a_segment_is_kept_the_second_time_it_is_seen() -> None:

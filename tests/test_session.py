@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 
 import boundary
-from boundary.datasets import tau_bench_airline
+from boundary.shipped.datasets import tau_bench_airline
 from tests.support import FIXED_NOW, family, fixture_cases, kwarg_settings, shipped_variants
 
 

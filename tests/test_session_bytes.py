@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import boundary
-from boundary.datasets import tau_bench_airline
-from boundary.segment_cache import SegmentCache
+from boundary.shipped.datasets import tau_bench_airline
+from boundary.tokenize.segment_cache import SegmentCache
 from tests.support import family
 
 MiB = 1024 * 1024

@@ -1,4 +1,4 @@
-"""The ids a session keeps (``boundary.session_ids``): where two texts part, and which kept ids
+"""The ids a session keeps (``boundary.session.ids``): where two texts part, and which kept ids
 are ints of their own and which the shared table's."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from boundary.datasets import tau_bench_airline
 from boundary.prefixes import common_prefix_length
-from boundary.session_ids import _OWN_INTS_MAX, _TAIL, shared_length
+from boundary.session.ids import _OWN_INTS_MAX, _TAIL, shared_length
+from boundary.shipped.datasets import tau_bench_airline
 from tests.support import family
 
 _TEXT = st.text(alphabet="ab\x00é", max_size=40)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 import boundary
-from boundary.datasets import mt_bench_questions, mt_bench_reference_answers, tau_bench_airline
-from boundary.incremental import compile_incremental
-from boundary.session import MIN_INCREMENTAL_MESSAGES
+from boundary.session.incremental.store import compile_incremental
+from boundary.session.session import MIN_INCREMENTAL_MESSAGES
+from boundary.shipped.datasets import mt_bench_questions, mt_bench_reference_answers, tau_bench_airline
 from tests.support import family
 
 Result = tuple[str, list[int], int | None, int]

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 import boundary
-from boundary.spec import HistoryRewrite
+from boundary.shipped.spec import HistoryRewrite
 from tests.support import family
 
 TEMPLATE = (

@@ -28,7 +28,7 @@ from transformers.utils.chat_template_utils import render_jinja_template
 
 from boundary.errors import BoundaryError
 from boundary.prefixes import common_prefix_length
-from boundary.template_run import compile_template, run_template
+from boundary.render.template_run import compile_template, run_template
 
 CONVERSATIONS: list[list[dict[str, Any]]] = [
     [{"role": "user", "content": "hi"}],

@@ -9,8 +9,8 @@ import pytest
 import tokenizers
 
 import boundary
-from boundary.resources import data_dir
-from boundary.tokenizer import Tokenizer, check_against_tiktoken, load_vocabulary, vocabulary_spec
+from boundary.shipped.resources import data_dir
+from boundary.tokenize.tokenizer import Tokenizer, check_against_tiktoken, load_vocabulary, vocabulary_spec
 
 
 def corpus() -> list[str]:

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from boundary.errors import RequestError
-from boundary.trace import TraceWriter, production_record, read_header, read_recording, read_trace
-from boundary.trace_header import RecordedGeometry, RecordingHeader
+from boundary.trace.header import RecordedGeometry, RecordingHeader
+from boundary.trace.records import TraceWriter, production_record, read_header, read_recording, read_trace
 
 GEOMETRY = RecordedGeometry(
     block_size=256,

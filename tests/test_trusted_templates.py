@@ -24,15 +24,20 @@ from jinja2.utils import Namespace
 from markupsafe import Markup
 
 import boundary
-from boundary import template_run
-from boundary.datasets import bfcl_multi_turn, mt_bench_questions, tau_bench_airline, tau_bench_airline_tools
-from boundary.incremental import IncrementalTemplate, compile_incremental
-from boundary.registry import family_names, family_spec, shipped_templates
-from boundary.resources import data_dir
-from boundary.sandbox import RenderLimits, Sandbox
-from boundary.sandbox.trusted import REFUSED_BY_NAME, TrustedSandbox, is_plain, plain_attributes
-from boundary.template_run import compile_template, run_template
-from boundary.template_trust import shipped_as
+from boundary.family.registry import family_names, family_spec, shipped_templates
+from boundary.render import template_run
+from boundary.render.sandbox import RenderLimits, Sandbox
+from boundary.render.sandbox.trusted import REFUSED_BY_NAME, TrustedSandbox, is_plain, plain_attributes
+from boundary.render.template_run import compile_template, run_template
+from boundary.session.incremental.store import IncrementalTemplate, compile_incremental
+from boundary.shipped.datasets import (
+    bfcl_multi_turn,
+    mt_bench_questions,
+    tau_bench_airline,
+    tau_bench_airline_tools,
+)
+from boundary.shipped.resources import data_dir
+from boundary.shipped.trust import shipped_as
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = [(name, variant) for name in family_names() for variant in shipped_templates(name)]

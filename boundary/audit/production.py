@@ -1,7 +1,7 @@
-"""Audit a production trace (``boundary.trace`` production records) as it was recorded.
+"""Audit a production trace (``boundary.trace.records`` production records) as it was recorded.
 
 Where it sits: the report end, after checkpoints: ``boundary.audit.runner`` calls it for a trace
-of production records, read by ``boundary.trace``.
+of production records, read by ``boundary.trace.records``.
 
 A production record carries the token ids the engine saw, not messages: nothing is rendered,
 parsed or verified. Per turn the checkpoints are the recorded P_end (the prompt length), U_end
@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from typing import cast
 
 from boundary.audit.records import CheckpointRecord, Kind, ReuseRecord, TurnRecord
-from boundary.checkpoints import Checkpoint, CheckpointKind
-from boundary.family import Family
+from boundary.checkpoints.kinds import Checkpoint, CheckpointKind
+from boundary.family.facade import Family
 from boundary.offsets import TokenOffset
 from boundary.prefixes import common_prefix_packed, packed
-from boundary.trace import TokenOutput, TraceRequest
+from boundary.trace.records import TokenOutput, TraceRequest
 
 
 def stop_ids(family: Family) -> set[int]:

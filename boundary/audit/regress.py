@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from boundary.errors import BoundaryError, RequestError
-from boundary.family import Family, family_spec, load_family
+from boundary.family.facade import Family, family_spec, load_family
 from boundary.json_file import read_json_file
 from boundary.outputs import format_output
 

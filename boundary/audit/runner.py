@@ -6,7 +6,7 @@ Where it sits: after render, boundaries, outputs, round trip and horizon, which 
 turn; the CLI and ``whatif`` call it.
 
 Each request is rendered once; its rendering is both its own prompt and the next request
-that the previous turn is checked against (``boundary.roundtrip.check_continuation``).
+that the previous turn is checked against (``boundary.verify.roundtrip.check_continuation``).
 """
 
 from __future__ import annotations
@@ -31,21 +31,21 @@ from boundary.audit.records import (
     Summary,
     TurnRecord,
 )
-from boundary.checkpoints import Checkpoint
-from boundary.divergence import head_change
+from boundary.checkpoints.kinds import Checkpoint
 from boundary.errors import BoundaryError, RequestError
-from boundary.family import Family
-from boundary.horizon import stability_horizon
+from boundary.family.facade import Family
 from boundary.outputs import ParsedOutput, format_output, parse_output
 from boundary.prefixes import common_prefix_packed, packed
-from boundary.rendering import Rendering
-from boundary.roundtrip import (
+from boundary.tokenize.rendering import Rendering
+from boundary.trace.records import UNKNOWN_HIT, MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
+from boundary.verify.divergence import head_change
+from boundary.verify.horizon import stability_horizon
+from boundary.verify.roundtrip import (
     ClientHabits,
     Tail,
     check_continuation,
     checkpoints,
 )
-from boundary.trace import UNKNOWN_HIT, MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
 
 
 @dataclass(frozen=True, slots=True)

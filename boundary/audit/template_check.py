@@ -25,16 +25,16 @@ from datetime import datetime
 from typing import Any
 
 from boundary.audit.template_corpus import CorpusEntry
-from boundary.divergence import head_change
 from boundary.errors import BoundaryError, RequestError
-from boundary.family import Family
-from boundary.horizon import stability_horizon
+from boundary.family.facade import Family
 from boundary.offsets import BoundaryStatus
 from boundary.outputs import format_output
 from boundary.prefixes import common_prefix_length
 from boundary.renderer import Renderer
-from boundary.rendering import Rendering
-from boundary.roundtrip import verify_round_trip
+from boundary.tokenize.rendering import Rendering
+from boundary.verify.divergence import head_change
+from boundary.verify.horizon import stability_horizon
+from boundary.verify.roundtrip import verify_round_trip
 
 Messages = list[dict[str, Any]]
 
@@ -179,7 +179,7 @@ class _Options:
     variant: str | None
     now: datetime | None
     template_kwargs: dict[str, Any]
-    target: str | None  # whose request handling renders reproduce (``boundary.render_target``)
+    target: str | None  # whose request handling renders reproduce (``boundary.render.target``)
     reference: Any = None  # the transformers tokenizer texts and ids are compared with, or None
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from itertools import chain, zip_longest
 from typing import Any
 
-from boundary.datasets import (
+from boundary.shipped.datasets import (
     mt_bench_questions,
     mt_bench_reference_answers,
     tau_bench_airline,

@@ -17,9 +17,9 @@ from typing import Any
 from boundary.audit.records import Summary, WhatIf
 from boundary.audit.runner import AuditRun, AuditSettings, audit_requests, chat_messages
 from boundary.errors import BoundaryError
-from boundary.family import Family
-from boundary.roundtrip import ClientHabits
-from boundary.trace import TraceRequest, sessions
+from boundary.family.facade import Family
+from boundary.trace.records import TraceRequest, sessions
+from boundary.verify.roundtrip import ClientHabits
 
 
 def trace_habits(requests: Sequence[TraceRequest]) -> ClientHabits:

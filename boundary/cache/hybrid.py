@@ -43,7 +43,7 @@ from boundary.cache.records import Admission, CacheConfig, CacheStats, InFlight,
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import PlannedState, plan_retention
 from boundary.cache.states import RecurrentStates
-from boundary.retention_policy import Decision, Phase
+from boundary.checkpoints.retention import Decision, Phase
 
 __all__ = ["Admission", "CacheConfig", "CacheStats", "HybridPrefixCache", "primary_kind"]
 

@@ -18,7 +18,7 @@ from boundary.cache.lookup import Hit
 from boundary.cache.memory import Entry
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import PlannedState, RetentionPlan
-from boundary.retention_policy import Decision, serving_kind
+from boundary.checkpoints.retention import Decision, serving_kind
 
 
 @dataclass(frozen=True, slots=True)

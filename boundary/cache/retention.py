@@ -1,9 +1,9 @@
 """Which states a request leaves behind: a policy decision plus the engine's own junctions.
 
-Where it sits: in the cache model, after the retention policy (``boundary.retention_policy``),
+Where it sits: in the cache model, after the retention policy (``boundary.checkpoints.retention``),
 whose decision it carries out.
 
-The policy (``boundary.retention_policy``) decides the proactive states and where each
+The policy (``boundary.checkpoints.retention``) decides the proactive states and where each
 materializes, P_end's block twin included; this module adds what the engine keeps by itself
 and places everything on the request's timeline:
 
@@ -23,8 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from boundary.cache.accounting import CacheGeometry
-from boundary.checkpoints import CheckpointKind
-from boundary.retention_policy import Decision, DecodeStates, EngineGeometry, Phase
+from boundary.checkpoints.kinds import CheckpointKind
+from boundary.checkpoints.retention import Decision, DecodeStates, EngineGeometry, Phase
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
     """The trace to audit (a file, or the shipped tau-bench trajectories) and its label."""
-    from boundary.trace import STDIN, read_trace, tau_bench_trace, write_trace
+    from boundary.trace.records import STDIN, read_trace, tau_bench_trace, write_trace
 
     if not args.tau_bench:
         return read_trace(args.trace), "stdin" if str(args.trace) == STDIN else str(args.trace)
@@ -235,7 +235,7 @@ def _regress(args: argparse.Namespace) -> int:
     """The golden corpus's cases are shipped families' (``<family>-<case>/``): only ``--family``
     narrows them; ``--model`` and ``--template`` are refused."""
     from boundary.audit.regress import add_cases, check_corpus, write_expected
-    from boundary.family import family_names, family_spec
+    from boundary.family.facade import family_names, family_spec
 
     source = (
         family_source(args, default_family=None)

@@ -29,7 +29,7 @@ from boundary.cli.options import template_kwargs as parse_template_kwargs
 if TYPE_CHECKING:
     from boundary.audit.template_check import TemplateCheck
     from boundary.audit.template_corpus import CorpusEntry
-    from boundary.family import Family
+    from boundary.family.facade import Family
 
 
 def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -146,7 +146,7 @@ def _previous(source: FamilySource, previous: Path, variant: str | None) -> Fami
     """The previous version of the template, with the same tokenizer and conventions."""
     if source.template is not None:
         return FamilySource(template=previous, tokenizer=source.tokenizer, like=source.like).load(variant)
-    from boundary.family import Family
+    from boundary.family.facade import Family
 
     fam = source.load(variant)
     replaced = fam.renderer.select_variant(variant, None)

@@ -5,7 +5,7 @@
     boundary experiment --workload W --template FILE --tokenizer PATH --model PRESET ...
     boundary experiment --workload recorded.jsonl ...     (a recording: at its engine's geometry)
 
-A recording whose first line is a header (``boundary.trace_header``, written by the vLLM
+A recording whose first line is a header (``boundary.trace.header``, written by the vLLM
 recorder) replays at the engine's geometry: its block, ``prefix_match_unit`` (the default unit),
 page layout and pool (the default capacity); ``--unit`` and ``--capacity-gib`` still override.
 ``--block`` gives the block for a trace without one (the model's page bytes at that block).
@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from boundary.checkpoints.retention import Variant
 from boundary.cli import experiment_engine
 from boundary.cli.options import (
     FamilySource,
@@ -31,7 +32,6 @@ from boundary.cli.options import (
     refuse_overwriting,
     template_kwargs,
 )
-from boundary.retention_policy import Variant
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from boundary.experiment.harness import ExperimentConfig, ExperimentResult, GivenGeometry
     from boundary.experiment.replay import BudgetMode
     from boundary.experiment.workloads import WorkloadOptions
-    from boundary.trace_header import RecordingHeader
+    from boundary.trace.header import RecordingHeader
 
 DEFAULT_FAMILY = "qwen3_5"
 BUDGETS = "equal_capacity,equal_checkpoint_budget"
@@ -356,7 +356,7 @@ def run(args: argparse.Namespace) -> int:
     from boundary.experiment.cost import PrefillCostModel
     from boundary.experiment.harness import run_experiment
     from boundary.experiment.workloads import SHIPPED, build_stream
-    from boundary.trace import STDIN, read_header
+    from boundary.trace.records import STDIN, read_header
 
     validate(args)
     experiment_engine.check(args)  # with --executor engine: no CPU engine is one line, exit 2

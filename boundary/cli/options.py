@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from boundary.family import Family
+    from boundary.family.facade import Family
 
 
 # Alike in shape to the request models' JSON-object check of tool-call arguments, by design: the
@@ -102,7 +102,7 @@ class FamilySource:
     """Where a command's family comes from: exactly one of a shipped family ``name``, a local
     ``model_dir``, or a ``template`` file with its ``tokenizer`` (a ``tokenizer.json`` or a
     directory); with either of the last two, ``like`` names the shipped family whose
-    conventions (``boundary.family.conventions_of``) it takes. Paths are checked to exist
+    conventions (``boundary.family.facade.conventions_of``) it takes. Paths are checked to exist
     when made (``family_source``); nothing is read until ``load``."""
 
     name: str | None = None
@@ -140,7 +140,7 @@ class FamilySource:
         """The family, ``variant`` its default template; a variant it lacks is a
         ``TemplateLoadError`` naming those it has."""
         from boundary.errors import TemplateLoadError
-        from boundary.family import Family, conventions_of, load_family
+        from boundary.family.facade import Family, conventions_of, load_family
 
         if self.name is not None:
             return load_family(self.name, variant=variant)

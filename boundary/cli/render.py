@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from boundary.cli.options import add_family_arguments, family_source, refuse_overwriting, template_kwargs
 
 if TYPE_CHECKING:
-    from boundary.rendering import Rendering
+    from boundary.tokenize.rendering import Rendering
 
 DEFAULT_FAMILY = "qwen3_5"
 
@@ -77,7 +77,7 @@ def _load(path: Path | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     from boundary.json_file import read_json_file
 
     if path is None:
-        from boundary.datasets import default_conversation
+        from boundary.shipped.datasets import default_conversation
 
         return default_conversation(), None
     data = read_json_file(path)
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from boundary.errors import RequestError
-    from boundary.render_target import resolve_target
+    from boundary.render.target import resolve_target
 
     units = args.unit or [16, 64, 528]
     if any(u < 1 for u in units):
@@ -180,7 +180,7 @@ def _table(fam: Any, r: Any, args: argparse.Namespace, n_messages: int, units: l
 
 def _result(fam: Any, r: Any, args: argparse.Namespace, units: list[int]) -> dict[str, Any]:
     """The ``--json`` record."""
-    from boundary.render_target import resolve_target
+    from boundary.render.target import resolve_target
 
     return {
         "family": fam.name,

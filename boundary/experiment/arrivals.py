@@ -12,7 +12,7 @@ replays the identical stream. Sessions start as a Poisson process whose rate mak
 mean number of active sessions ``concurrency`` (Little's law: rate = concurrency / mean
 session duration). Seeded: the same inputs give the same schedule.
 
-A trace that records arrivals (``boundary.trace``'s ``arrival_s``) is replayed on its own
+A trace that records arrivals (``boundary.trace.records``'s ``arrival_s``) is replayed on its own
 clock instead (``recorded``): a request arrives at its recorded time, measured from the
 trace's earliest arrival, unless its session's previous request has not finished by then on
 this schedule (a closed-loop session never sends before the previous reply is complete): then

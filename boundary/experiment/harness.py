@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from boundary.cache.accounting import CacheGeometry, ModelDescription, geometry_for_unit, minimum_block_size
 from boundary.cache.hybrid import CacheConfig
 from boundary.cache.retention import engine_geometry
+from boundary.checkpoints.retention import DecodeStates
 from boundary.experiment.calibration import step_constants
 from boundary.experiment.cost import PrefillCostModel, StepCostModel, family_assumptions
 from boundary.experiment.metrics import run_metrics
@@ -42,7 +43,6 @@ from boundary.experiment.serving import Routing
 from boundary.experiment.stream import Stream, cache_requests
 from boundary.experiment.summaries import add_incremental, oracle_metrics, oracle_records
 from boundary.experiment.sweep import load_sweep
-from boundary.retention_policy import DecodeStates
 
 GIB = 2**30
 

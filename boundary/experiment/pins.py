@@ -1,7 +1,7 @@
 """Session pins: states a policy keeps until the session's next user turn.
 
 Where it sits: between the experiment's drivers (``replay``, ``serving``) and the cache
-model: a ``Keep`` with ``until_next_user_turn`` (``boundary.retention_policy.SessionVariant``)
+model: a ``Keep`` with ``until_next_user_turn`` (``boundary.checkpoints.retention.SessionVariant``)
 outlives its request, which only a driver that follows sessions can execute.
 
 The state is pinned in the cache that created it (``HybridPrefixCache.pin``: held, never
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 from boundary.cache.hybrid import HybridPrefixCache
 from boundary.cache.memory import Entry
+from boundary.checkpoints.retention import Decision
 from boundary.experiment.stream import Continuation, StreamRequest
-from boundary.retention_policy import Decision
 
 
 class SessionPins:

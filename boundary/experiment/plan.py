@@ -43,13 +43,13 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from boundary.checkpoints import prompt_end_position
+from boundary.checkpoints.kinds import prompt_end_position
+from boundary.checkpoints.retention import EngineGeometry, decode_position, prompt_position
 from boundary.experiment.aggregate import ratio
 from boundary.experiment.policies import boundaries
 from boundary.experiment.replay import ProducerAge, RequestRecord, Run
 from boundary.experiment.serving import ServingRun
 from boundary.experiment.stream import StreamRequest
-from boundary.retention_policy import EngineGeometry, decode_position, prompt_position
 
 PD_KINDS = ("prompt_end", "prompt_end_block", "input_end", "decode_end")
 PREFILL_WORKERS = 4  # strict disaggregation: prefill workers a request is spread over

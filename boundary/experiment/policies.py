@@ -1,7 +1,7 @@
-"""The experiment's policies: ``boundary.retention_policy`` applied to stream requests.
+"""The experiment's policies: ``boundary.checkpoints.retention`` applied to stream requests.
 
 Where it sits: in the experiment, between the stream and the cache model: it asks
-``boundary.retention_policy`` (checkpoints) for each request; ``replay``, ``harness`` and
+``boundary.checkpoints.retention`` (checkpoints) for each request; ``replay``, ``harness`` and
 ``sweep`` call it.
 
 A policy here only translates a ``StreamRequest`` into the policy module's
@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from boundary import retention_policy
-from boundary.experiment.stream import Continuation, StreamRequest
-from boundary.retention_policy import (
+from boundary.checkpoints import retention as retention_policy
+from boundary.checkpoints.retention import (
     Decision,
     EngineGeometry,
     RequestBoundaries,
@@ -30,6 +29,7 @@ from boundary.retention_policy import (
     decide,
     may_keep_decode,
 )
+from boundary.experiment.stream import Continuation, StreamRequest
 
 ORACLE = "oracle"
 

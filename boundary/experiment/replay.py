@@ -24,12 +24,12 @@ from boundary.cache.memory import Entry
 from boundary.cache.oracle import OracleCache
 from boundary.cache.records import primary_kind
 from boundary.cache.request import CacheRequest
-from boundary.checkpoints import prompt_end_position
+from boundary.checkpoints.kinds import prompt_end_position
+from boundary.checkpoints.retention import EngineGeometry
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.pins import SessionPins
 from boundary.experiment.policies import RetentionPolicy, keeps_decode
 from boundary.experiment.stream import Stream, StreamRequest
-from boundary.retention_policy import EngineGeometry
 
 
 class BudgetMode(StrEnum):

@@ -34,13 +34,13 @@ from enum import StrEnum
 
 from boundary.cache.hybrid import CacheConfig, HybridPrefixCache
 from boundary.cache.request import CacheRequest
+from boundary.checkpoints.retention import EngineGeometry
 from boundary.experiment.cost import StepCostModel
 from boundary.experiment.pins import SessionPins
 from boundary.experiment.policies import RetentionPolicy, keeps_decode
 from boundary.experiment.replay import RequestRecord, request_record
 from boundary.experiment.scheduler import Admit, Replica, Running, SchedulerConfig, Step
 from boundary.experiment.stream import Continuation, StreamRequest
-from boundary.retention_policy import EngineGeometry
 
 # States a running request holds: its running state, the hit state and up to two it keeps.
 RESERVED_STATES = 4

@@ -41,7 +41,7 @@ class StreamRequest:
     ``tool_call``: the output calls a tool (the next request continues the tool loop).
     ``round_trip``: a verifier's prediction, made without the next request, that the
     output re-renders token for token into the next request (None: no verifier ran).
-    ``horizon``: the stability horizon (``boundary.horizon``) for the next request, tokens of
+    ``horizon``: the stability horizon (``boundary.verify.horizon``) for the next request, tokens of
     prompt + output predicted to stay a prefix of it (None: not predicted).
     ``recorded_arrival``: the trace's ``arrival_s`` (None: the trace has none); ``arrival`` /
     ``finish``: the schedule the replay uses (``arrivals``).

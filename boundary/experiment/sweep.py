@@ -36,6 +36,7 @@ from boundary.cache.accounting import CacheGeometry
 from boundary.cache.hybrid import CacheConfig
 from boundary.cache.request import CacheRequest
 from boundary.cache.retention import engine_geometry
+from boundary.checkpoints.retention import DecodeStates, EngineGeometry
 from boundary.experiment.arrivals import interleave, recorded
 from boundary.experiment.calibration import step_constants
 from boundary.experiment.cost import PrefillCostModel, StepCostModel
@@ -46,7 +47,6 @@ from boundary.experiment.replay import event_order, replay_oracle
 from boundary.experiment.scheduler import SchedulerConfig
 from boundary.experiment.serving import LoadModel, Routing, ServingRun, serve
 from boundary.experiment.stream import Stream, StreamRequest, cache_requests
-from boundary.retention_policy import DecodeStates, EngineGeometry
 
 GIB = 2**30
 

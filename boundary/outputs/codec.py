@@ -37,10 +37,10 @@ from boundary.outputs.model import (
 )
 from boundary.outputs.reasoning import ThinkTags
 from boundary.renderer import HoldsRenderer, Renderer, renderer_of
-from boundary.rendering import Rendering
 from boundary.request.models import AssistantMessage
 from boundary.request.validation import first_error
-from boundary.spec import FamilySpec
+from boundary.shipped.spec import FamilySpec
+from boundary.tokenize.rendering import Rendering
 
 HARMONY = "harmony"
 Backend = Literal["boundary", "vllm"]  # who reads generated turns: boundary's readers or vLLM's parsers

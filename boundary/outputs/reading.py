@@ -35,8 +35,8 @@ from boundary.outputs.model import (
 from boundary.outputs.reasoning import Prefill
 from boundary.outputs.vllm_backend import engine_read, parser_names
 from boundary.renderer import HoldsRenderer, Renderer, renderer_of
-from boundary.rendering import Rendering
 from boundary.request.models import Tool
+from boundary.tokenize.rendering import Rendering
 
 
 def parse_output(

@@ -1,6 +1,6 @@
 """Request identity: whether a message, a tool list or any request value is exactly one seen before.
 
-Where it sits: the request stage, beside ``validation``; sessions (``boundary.session``) key the
+Where it sits: the request stage, beside ``validation``; sessions (``boundary.session.session``) key the
 messages and tools they keep validated with it.
 
 Python ``==`` is not identity for a template: it ignores dict key order and holds ``1``,

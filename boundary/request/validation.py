@@ -7,7 +7,7 @@ surrogate checks on raw input).
 Validation, normalization and rendering are separate stages: ``parse_messages`` /
 ``parse_tools`` turn untrusted input into models (or raise ``RequestError`` naming the
 message index and field), and ``to_template_messages`` turns models into the plain dicts a chat
-template reads (``boundary.render_target`` decides how tools reach it).
+template reads (``boundary.render.target`` decides how tools reach it).
 
 Leniency: the fields clients send beyond the chat schema (what the OpenAI SDK echoes back:
 ``refusal``, ``annotations``, ``audio``, ``function_call``, ...; other frontends' fields such

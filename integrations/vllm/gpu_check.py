@@ -74,7 +74,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 STREAM = HERE / "gpu_check_stream.json.gz"
-# ``boundary.retention_policy.PHASE_ONE``'s names, spelled out so the script reads without boundary
+# ``boundary.checkpoints.retention.PHASE_ONE``'s names, spelled out so the script reads without boundary
 # imported (tests/vllm/test_vllm_gpu_check.py holds them equal).
 POLICIES = ("main_sparse", "input_end", "decode_end", "both")
 SLICE = {"conversations": list(range(6)), "messages": 14}
@@ -121,8 +121,8 @@ def prepare(path: Path = STREAM) -> dict[str, Any]:
     from boundary_vllm.workload import conversation_turns, with_reasoning
 
     import boundary
-    from boundary.datasets import tau_bench_airline
-    from boundary.retention_policy import Variant
+    from boundary.checkpoints.retention import Variant
+    from boundary.shipped.datasets import tau_bench_airline
 
     family = boundary.load_family("qwen3_5")
     conversations = tau_bench_airline()
@@ -351,7 +351,7 @@ def _vllm_model(
     from boundary_vllm.prediction import ModelShape, observed, predicted_hits
     from boundary_vllm.tiny_models import CONFIGS, model_dir
 
-    from boundary.retention_policy import Variant
+    from boundary.checkpoints.retention import Variant
 
     directory = model_dir(model) if model in CONFIGS else Path(model)
     started = time.monotonic()

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from boundary.cli.main import main
-from boundary.trace import tau_bench_trace, write_trace
+from boundary.trace.records import tau_bench_trace, write_trace
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

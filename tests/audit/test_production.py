@@ -11,7 +11,7 @@ from boundary.audit.production import stop_ids
 from boundary.audit.runner import AuditSettings, audit_requests
 from boundary.cli.main import main
 from boundary.errors import RequestError
-from boundary.trace import TraceRequest, TraceWriter, production_record, read_trace
+from boundary.trace.records import TraceRequest, TraceWriter, production_record, read_trace
 from tests.support import family
 
 

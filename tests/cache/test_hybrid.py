@@ -6,8 +6,8 @@ import pytest
 
 from boundary.cache import CacheRequest, PrefixHasher
 from boundary.cache.hybrid import CacheConfig
-from boundary.checkpoints import CheckpointKind
-from boundary.retention_policy import Decision, DecodeStates, EngineGeometry, RequestBoundaries, decide
+from boundary.checkpoints.kinds import CheckpointKind
+from boundary.checkpoints.retention import Decision, DecodeStates, EngineGeometry, RequestBoundaries, decide
 from tests.cache.conftest import geometry
 
 P_END, U_END, D_END = CheckpointKind.PROMPT_END, CheckpointKind.INPUT_END, CheckpointKind.DECODE_END

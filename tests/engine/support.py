@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from tests.support import family
 
 UNIT = 16
@@ -40,7 +40,7 @@ def turns(conversation: int, messages: int) -> tuple[Any, ...]:
     reasoning on every assistant turn."""
     from boundary_vllm.workload import conversation_turns, with_reasoning
 
-    from boundary.datasets import tau_bench_airline
+    from boundary.shipped.datasets import tau_bench_airline
 
     conv = with_reasoning(tau_bench_airline()[conversation][:messages])
     return tuple(conversation_turns(family("qwen3_5"), conv, enable_thinking=True))

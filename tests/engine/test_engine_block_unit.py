@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from boundary.checkpoints import CheckpointKind, checkpoint_position
-from boundary.retention_policy import Variant
+from boundary.checkpoints.kinds import CheckpointKind, checkpoint_position
+from boundary.checkpoints.retention import Variant
 from tests.engine.support import (
     VARIANTS,
     Runs,

@@ -23,7 +23,7 @@ def replay() -> tuple[list[list[int]], list[list[int]], list[list[str]]]:
     """(the engine's hits, the model's predictions, the kinds the engine served)."""
     from boundary_vllm.prediction import ModelShape, Observed, predicted_hits
 
-    from boundary.retention_policy import Variant
+    from boundary.checkpoints.retention import Variant
 
     data = json.loads(RECORDING.read_text(encoding="utf-8"))
     sessions = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from tests.engine.support import (
     UNIT,
     VARIANTS,

@@ -28,10 +28,10 @@ from typing import Any
 
 import pytest
 
+from boundary.checkpoints.retention import Variant
 from boundary.cli.main import main as boundary_main
-from boundary.datasets import tau_bench_airline
-from boundary.retention_policy import Variant
-from boundary.trace import TraceWriter, read_recording
+from boundary.shipped.datasets import tau_bench_airline
+from boundary.trace.records import TraceWriter, read_recording
 from tests.engine.server import Samples, Server, documented_flags, total
 from tests.support import family
 

@@ -8,14 +8,21 @@ from array import array
 
 from boundary.cache import CacheConfig
 from boundary.cache.retention import engine_geometry
-from boundary.checkpoints import CheckpointKind
+from boundary.checkpoints.kinds import CheckpointKind
+from boundary.checkpoints.retention import (
+    DecodeStates,
+    EngineGeometry,
+    Phase,
+    RequestBoundaries,
+    Variant,
+    decide,
+)
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.plan import producer_age_by_kind
 from boundary.experiment.policies import ALL_NAMES, policy
 from boundary.experiment.presets import QWEN3_5_35B_A3B
 from boundary.experiment.replay import BudgetMode, event_order, replay, replay_oracle
 from boundary.experiment.stream import Continuation, Stream, StreamRequest, cache_requests
-from boundary.retention_policy import DecodeStates, EngineGeometry, Phase, RequestBoundaries, Variant, decide
 from tests.cache.conftest import geometry
 
 S, U1, GEN = list(range(1, 11)), list(range(11, 16)), [99]

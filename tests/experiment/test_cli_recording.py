@@ -10,8 +10,8 @@ import pytest
 
 from boundary.cli.main import main
 from boundary.experiment.harness import GIB
-from boundary.trace import TraceWriter, production_record
-from boundary.trace_header import RecordedGeometry, RecordingHeader
+from boundary.trace.header import RecordedGeometry, RecordingHeader
+from boundary.trace.records import TraceWriter, production_record
 
 GEOMETRY = RecordedGeometry(
     block_size=256,

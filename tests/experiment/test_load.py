@@ -11,6 +11,7 @@ import pytest
 from boundary.cache.accounting import geometry_for_unit
 from boundary.cache.hybrid import CacheConfig
 from boundary.cache.retention import engine_geometry
+from boundary.checkpoints.retention import DecodeStates
 from boundary.experiment.calibration import (
     ASSUMED_H200,
     MEASURED_STEP_CONSTANTS,
@@ -25,7 +26,6 @@ from boundary.experiment.replay import BudgetMode
 from boundary.experiment.scheduler import Replica, Running, SchedulerConfig
 from boundary.experiment.serving import LoadModel, Routing, client_delays, serve
 from boundary.experiment.stream import Continuation, Stream, StreamRequest, cache_requests
-from boundary.retention_policy import DecodeStates
 
 GIB = 2**30
 INF = float("inf")

@@ -23,7 +23,8 @@ import pytest
 from boundary.cache import CacheConfig, engine_geometry
 from boundary.cache.entry import Entry, EntryKind
 from boundary.cache.records import primary_kind
-from boundary.checkpoints import CheckpointKind
+from boundary.checkpoints.kinds import CheckpointKind
+from boundary.checkpoints.retention import EngineGeometry, Keep, Phase
 from boundary.experiment import plan
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.metrics import run_metrics
@@ -31,7 +32,6 @@ from boundary.experiment.policies import policy
 from boundary.experiment.presets import QWEN3_5_35B_A3B
 from boundary.experiment.replay import BudgetMode, Run, event_order, replay, replay_oracle, serving_kind
 from boundary.experiment.stream import Continuation, Stream, StreamRequest, cache_requests
-from boundary.retention_policy import EngineGeometry, Keep, Phase
 from tests.cache.conftest import geometry
 
 COST = PrefillCostModel(QWEN3_5_35B_A3B)

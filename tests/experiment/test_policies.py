@@ -1,4 +1,4 @@
-"""The retention policy (``boundary.retention_policy``) and its use on stream requests.
+"""The retention policy (``boundary.checkpoints.retention``) and its use on stream requests.
 
 Positions are computed by hand: block 64, unit 16 unless a test says otherwise; P_end = 95
 (P_end's anchor 94 -> unit 80, block twin 64), U_end = 90 (-> 80), D_end = 149 (-> block 128,
@@ -14,10 +14,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from boundary.experiment import policies
-from boundary.experiment.policies import boundaries, keeps_decode, policy
-from boundary.experiment.stream import Continuation, StreamRequest
-from boundary.retention_policy import (
+from boundary.checkpoints.retention import (
     DecodeStates,
     EngineGeometry,
     Phase,
@@ -29,6 +26,9 @@ from boundary.retention_policy import (
     decide,
     may_keep_decode,
 )
+from boundary.experiment import policies
+from boundary.experiment.policies import boundaries, keeps_decode, policy
+from boundary.experiment.stream import Continuation, StreamRequest
 
 G = EngineGeometry(block_size=64, unit=16)
 

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 from boundary.cache import CacheRequest, PrefixHasher
 from boundary.cache.hybrid import CacheConfig, HybridPrefixCache
+from boundary.checkpoints.retention import DecodeStates, EngineGeometry, RequestBoundaries, decide
 from boundary.experiment import plan
 from boundary.experiment.calibration import split_extra_seconds
 from boundary.experiment.cost import PrefillCostModel
@@ -15,7 +16,6 @@ from boundary.experiment.metrics import throughput
 from boundary.experiment.presets import QWEN3_5_35B_A3B
 from boundary.experiment.report.answers import split_cost
 from boundary.experiment.scheduler import Replica, Running, SchedulerConfig
-from boundary.retention_policy import DecodeStates, EngineGeometry, RequestBoundaries, decide
 from tests.cache.conftest import geometry
 from tests.experiment.test_plan import rec
 

@@ -177,5 +177,7 @@ def test_a_cut_off_turn_is_the_engines_message_with_boundarys_status():
 
 
 def test_importing_boundary_never_imports_vllm():
-    code = "import sys, boundary, boundary.outputs, boundary.roundtrip; assert 'vllm' not in sys.modules"
+    code = (
+        "import sys, boundary, boundary.outputs, boundary.verify.roundtrip; assert 'vllm' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)

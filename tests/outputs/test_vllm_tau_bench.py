@@ -21,9 +21,9 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI install it)")
 
-from boundary.datasets import tau_bench_airline_tools
 from boundary.outputs import format_output, parse_output
-from boundary.trace import MessageOutput, tau_bench_trace
+from boundary.shipped.datasets import tau_bench_airline_tools
+from boundary.trace.records import MessageOutput, tau_bench_trace
 from tests.outputs.oracle import vllm_read
 from tests.support import family
 

@@ -9,8 +9,8 @@ from functools import cache
 
 from boundary_vllm.workload import Turn, conversation_turns, with_reasoning
 
-from boundary.datasets import tau_bench_airline
 from boundary.prefixes import common_prefix_length
+from boundary.shipped.datasets import tau_bench_airline
 from tests.support import family
 
 BLOCK = 16  # the replays' block size (= prefix_match_unit unless a test says otherwise)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 from boundary_vllm.counters import MISS, CheckpointCounters, PrometheusExport
 
-from boundary.checkpoints import CheckpointKind
+from boundary.checkpoints.kinds import CheckpointKind
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry

@@ -25,7 +25,7 @@ from boundary_vllm.settings import IntegrationSettings
 from boundary_vllm.state_export import check_state_export, unverified_state_exports
 from vllm.config import CacheConfig, KVTransferConfig
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from tests.vllm.streams import BLOCK, turn
 
 pytestmark = pytest.mark.vllm

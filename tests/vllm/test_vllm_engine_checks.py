@@ -19,7 +19,7 @@ from vllm.config import SpeculativeConfig
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.structured_output import StructuredOutputManager
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from tests.vllm.streams import turn
 
 pytestmark = pytest.mark.vllm

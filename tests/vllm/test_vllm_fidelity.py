@@ -1,5 +1,5 @@
 """Fidelity: the experiment's cache model (``boundary.cache``) and vLLM 0.33.0's real scheduler and
-KV-cache manager, running the same policy decisions (``boundary.retention_policy``) on the same
+KV-cache manager, running the same policy decisions (``boundary.checkpoints.retention``) on the same
 request streams, agree on every request's joint hit — for every variant, at vLLM's align-mode
 block sizes and at the units one would run.
 
@@ -32,7 +32,7 @@ from boundary_vllm.prediction import ModelShape, Observed, predicted_hits
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
-from boundary.retention_policy import EngineGeometry, RequestBoundaries, Variant, decide
+from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant, decide
 from tests.vllm.streams import shared, turn, turns
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

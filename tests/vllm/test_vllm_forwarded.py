@@ -12,8 +12,8 @@ from boundary_vllm.client import chat_request, finished_from_reply, merged_kv_tr
 from boundary_vllm.forwarded import forwarded_ids
 from boundary_vllm.hints import HintStatus, decode_hints
 
-from boundary.datasets import tau_bench_airline
 from boundary.errors import RequestError
+from boundary.shipped.datasets import tau_bench_airline
 from tests.support import family
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI install it)")

@@ -35,7 +35,7 @@ def test_the_streams_prompts_are_transformers_renderings_with_u_end_at_the_histo
     template and vocabulary, enable_thinking=True), with and without the generation prompt."""
     from boundary_vllm.workload import with_reasoning
 
-    from boundary.datasets import tau_bench_airline
+    from boundary.shipped.datasets import tau_bench_airline
     from tests.support import family, reference_tokenizer
 
     stream = gpu_check.load_stream()
@@ -112,7 +112,7 @@ def test_the_replay_behind_the_streams_hits_gives_the_hits_worked_out_by_hand(gp
     engine per policy, the stop token as the only stop id)."""
     from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 
-    from boundary.retention_policy import PHASE_ONE, Variant
+    from boundary.checkpoints.retention import PHASE_ONE, Variant
 
     requests = [ReplayRequest(p, o, u, (7,)) for p, o, u in HAND_STREAM]
     assert set(HAND_HITS) == set(gpu_check.POLICIES)

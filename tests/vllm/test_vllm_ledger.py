@@ -14,7 +14,7 @@ from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 from vllm.distributed.kv_events import AllBlocksCleared, BlockRemoved, BlockStored
 from vllm.v1.core.kv_cache_utils import get_block_hash, get_group_id, maybe_convert_block_hash
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from tests.vllm.streams import BLOCK, turn, turns
 
 pytestmark = pytest.mark.vllm

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from boundary_vllm.client import OPENAI_CREATE_FIELDS, chat_request, openai_arguments
 
-from boundary.datasets import tau_bench_airline
+from boundary.shipped.datasets import tau_bench_airline
 from tests.support import family
 
 openai = pytest.importorskip("openai", reason="the openai package is in the test extra")

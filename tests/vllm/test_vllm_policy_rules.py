@@ -1,14 +1,14 @@
 """The plugin and the experiment run one set of policy rules: the same functions of
-``boundary.retention_policy``, the same policy names."""
+``boundary.checkpoints.retention``, the same policy names."""
 
 from __future__ import annotations
 
 import pytest
 
-from boundary import retention_policy
+from boundary.checkpoints import retention as retention_policy
+from boundary.checkpoints.retention import Variant
 from boundary.experiment import policies
 from boundary.experiment.stream import StreamRequest
-from boundary.retention_policy import Variant
 
 pytestmark = pytest.mark.vllm
 

@@ -14,9 +14,9 @@ from boundary_vllm.recorded_engine import recording_header
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 from vllm.v1.kv_cache_interface import MambaSpec
 
+from boundary.checkpoints.retention import Variant
 from boundary.cli.main import main as boundary_main
-from boundary.retention_policy import Variant
-from boundary.trace import TraceWriter, read_header, read_trace
+from boundary.trace.records import TraceWriter, read_header, read_trace
 from tests.vllm.streams import turns
 
 pytestmark = pytest.mark.vllm

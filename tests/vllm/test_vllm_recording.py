@@ -19,10 +19,10 @@ from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 
 from boundary.audit.production import stop_ids
 from boundary.audit.runner import AuditSettings, audit_requests
+from boundary.checkpoints.retention import Variant, capped_d_end
 from boundary.cli.main import main as boundary_main
 from boundary.prefixes import common_prefix_length
-from boundary.retention_policy import Variant, capped_d_end
-from boundary.trace import TraceRequest, read_trace, sessions
+from boundary.trace.records import TraceRequest, read_trace, sessions
 from tests.support import family
 from tests.vllm.streams import turns
 

@@ -10,8 +10,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI i
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 
-from boundary.retention_policy import Variant
-from boundary.trace import read_recording, sessions
+from boundary.checkpoints.retention import Variant
+from boundary.trace.records import read_recording, sessions
 from tests.vllm.streams import turns
 
 pytestmark = pytest.mark.vllm

@@ -15,7 +15,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI i
 
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from tests.vllm.streams import BLOCK, shared, turn, turns, validated_prefix
 
 pytestmark = pytest.mark.vllm

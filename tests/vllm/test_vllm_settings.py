@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from boundary_vllm.settings import IntegrationSettings, SettingsError, read_settings
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 
 
 def test_the_default_policy_keeps_both_checkpoints():

@@ -17,7 +17,7 @@ from boundary_vllm.compat import runner_output
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 from vllm.v1.request import RequestStatus
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from tests.vllm.streams import BLOCK, turn
 
 pytestmark = pytest.mark.vllm

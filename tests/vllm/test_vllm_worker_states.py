@@ -15,7 +15,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI i
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from tests.vllm.streams import turn, turns
 
 pytestmark = pytest.mark.vllm

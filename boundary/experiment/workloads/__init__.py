@@ -40,8 +40,8 @@ from boundary.experiment.workloads.script import (
     with_reasoning,
 )
 from boundary.experiment.workloads.trace import render_trace
-from boundary.resources import cache_dir
-from boundary.trace import STDIN, TraceRequest, open_trace, read_trace
+from boundary.shipped.resources import cache_dir
+from boundary.trace.records import STDIN, TraceRequest, open_trace, read_trace
 
 SHIPPED = ("tau_bench", "mt_bench", "bfcl", "synthetic")
 

@@ -19,8 +19,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from boundary.datasets import BFCL_MULTI_TURN, bfcl_function_docs, bfcl_multi_turn
 from boundary.experiment.workloads.script import SessionScript, session_rng, synthetic_reasoning
+from boundary.shipped.datasets import BFCL_MULTI_TURN, bfcl_function_docs, bfcl_multi_turn
 
 CLASS_DOCS = {
     "GorillaFileSystem": "gorilla_file_system",

@@ -7,8 +7,8 @@ Where it sits: the experiment's request stage: a shipped conversation source;
 
 from __future__ import annotations
 
-from boundary.datasets import mt_bench_questions, mt_bench_reference_answers
 from boundary.experiment.workloads.script import SessionScript, session_rng, synthetic_reasoning
+from boundary.shipped.datasets import mt_bench_questions, mt_bench_reference_answers
 
 
 def scripts(seed: int = 0) -> list[SessionScript]:

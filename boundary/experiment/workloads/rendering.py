@@ -1,7 +1,7 @@
 """Scripts -> requests: render each model call with the real template and tokenizer.
 
 Where it sits: between the experiment's request stage and its stream: it calls render and
-boundaries (``boundary.family``) per model call; ``workloads`` and ``workloads.trace`` call it.
+boundaries (``boundary.family.facade``) per model call; ``workloads`` and ``workloads.trace`` call it.
 
 For the assistant message at index ``i`` of a script, the request's prompt is the history
 ``messages[:i]`` as the client sends it, rendered with the generation prompt (U_end and
@@ -14,7 +14,7 @@ model emits it (reasoning, content, tool calls in the family's native syntax, st
 tokenized as generated text. Each request also carries the round-trip verifier's prediction,
 made without the next request (``Family.verify_round_trip`` with the client's habit of
 echoing reasoning or not): the input ``chat_aware`` decides on, and the stability horizon
-(``boundary.horizon.stability_horizon`` over the parsed output, same habits): the input
+(``boundary.verify.horizon.stability_horizon`` over the parsed output, same habits): the input
 ``horizon`` decides on.
 """
 
@@ -35,11 +35,11 @@ from boundary.experiment.workloads.script import (
     client_history,
     with_head_note,
 )
-from boundary.family import Family
-from boundary.horizon import active_rewrites, stability_horizon, trigger_of
+from boundary.family.facade import Family
 from boundary.outputs import format_output, parse_output
-from boundary.rendering import Rendering
-from boundary.roundtrip import ClientHabits
+from boundary.tokenize.rendering import Rendering
+from boundary.verify.horizon import active_rewrites, stability_horizon, trigger_of
+from boundary.verify.roundtrip import ClientHabits
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +110,7 @@ def predicted_horizon(
     client: ClientBehaviour,
     render: dict[str, Any],
 ) -> int | None:
-    """The stability horizon of this turn for the *next* request: ``boundary.horizon`` predicts
+    """The stability horizon of this turn for the *next* request: ``boundary.verify.horizon`` predicts
     what every later request keeps; a tool-call output is continued by tool results, before any
     new user message, so the rewrites a new user message triggers do not limit the next request.
     None when it cannot be predicted."""

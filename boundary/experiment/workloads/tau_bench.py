@@ -11,8 +11,8 @@ results; no reasoning text (a workload adds seeded reasoning).
 
 from __future__ import annotations
 
-from boundary.datasets import tau_bench_airline, tau_bench_airline_tools
 from boundary.experiment.workloads.script import SessionScript
+from boundary.shipped.datasets import tau_bench_airline, tau_bench_airline_tools
 
 
 def scripts() -> list[SessionScript]:

@@ -1,6 +1,6 @@
-"""A trace file (``boundary.trace``, the audit's format) as a request stream.
+"""A trace file (``boundary.trace.records``, the audit's format) as a request stream.
 
-Where it sits: the experiment's request stage: a ``boundary.trace`` file as a stream (rendered
+Where it sits: the experiment's request stage: a ``boundary.trace.records`` file as a stream (rendered
 through ``rendering``); ``workloads.build_stream`` calls it.
 
 A chat request is rendered with the family's template (U_end and P_end from that rendering),
@@ -30,8 +30,8 @@ from boundary.experiment.workloads.rendering import (
     predicted_round_trip,
 )
 from boundary.experiment.workloads.script import ClientBehaviour
-from boundary.family import Family
-from boundary.trace import MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
+from boundary.family.facade import Family
+from boundary.trace.records import MessageOutput, TextOutput, TokenOutput, TraceRequest, sessions
 
 
 def render_trace(

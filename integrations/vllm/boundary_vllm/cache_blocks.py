@@ -3,7 +3,7 @@
 decision keeps and labels it in the ledger.
 
 Where it sits: the engine end, in the plugin's step: ``boundary_vllm.retention`` installs
-``CacheBlocksHook`` on vLLM's managers; it keys what a request's ``boundary.retention_policy``
+``CacheBlocksHook`` on vLLM's managers; it keys what a request's ``boundary.checkpoints.retention``
 decision keeps and records it through ``kept_states`` into the ``ledger``.
 
 At ``prefix_cache_retention_interval=0`` each Mamba manager keys only the state blocks at the
@@ -39,7 +39,7 @@ from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock, make
 from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager, MambaManager
 from vllm.v1.request import Request
 
-from boundary.checkpoints import CheckpointKind, prompt_end_position
+from boundary.checkpoints.kinds import CheckpointKind, prompt_end_position
 from boundary_vllm.compat import prefill_checkpoint_position
 from boundary_vllm.kept_states import KeptStates
 from boundary_vllm.ledger import HeldState, MambaGroup, RequestCheckpoints

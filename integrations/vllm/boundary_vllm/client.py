@@ -5,14 +5,14 @@
     reply = post_chat("http://localhost:8000", req)
 
 Where it sits: the frontend end of the engine stage, after render and boundaries: it takes a
-``Family`` render (U_end, P_end, the horizon of ``boundary.horizon``) and sends it to vLLM;
+``Family`` render (U_end, P_end, the horizon of ``boundary.verify.horizon``) and sends it to vLLM;
 ``boundary_vllm`` re-exports it for users and ``examples/chat_client.py``.
 
 The body is an ordinary ``/v1/chat/completions`` request. ``kv_transfer_params.prompt_token_ids``
 makes vLLM skip its own templating and tokenization but still run its reasoning and tool-call
 parsers on the output (the messages, tools and ``chat_template_kwargs`` are sent for them);
 ``vllm_xargs`` carries U_end and P_end to the scheduler, and the inputs of the ``chat_aware``
-and ``horizon`` policies: the stability horizon predicted from the prompt (``boundary.horizon``
+and ``horizon`` policies: the stability horizon predicted from the prompt (``boundary.verify.horizon``
 with no output yet: where the history rewrites the family is known for will cut the next
 request) and the round-trip expectation that follows from it (1 when the horizon reaches past
 P_end, so the output is expected to stay in history; the engine caps the horizon at D_end).
@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from boundary.errors import BoundaryError, RequestError
-from boundary.family import Family
-from boundary.horizon import stability_horizon
+from boundary.family.facade import Family
 from boundary.outputs import parse_output
-from boundary.rendering import Rendering
-from boundary.roundtrip import ClientHabits
+from boundary.tokenize.rendering import Rendering
+from boundary.verify.horizon import stability_horizon
+from boundary.verify.roundtrip import ClientHabits
 from boundary_vllm.forwarded import forwarded_ids
 from boundary_vllm.hints import SESSION_KEY, encode_hints
 from boundary_vllm.recording import MISS, UNATTRIBUTED, UNKNOWN, FinishedRequest

@@ -2,7 +2,7 @@
 kind of checkpoint that served them, prefill chunks split early, and hint outcomes.
 
 Where it sits: the engine end, reporting: ``scheduler``, ``retention`` and ``kept_states`` count
-into it, ``replay`` reads it back; it imports only ``boundary.checkpoints`` (the kinds it counts
+into it, ``replay`` reads it back; it imports only ``boundary.checkpoints.kinds`` (the kinds it counts
 by).
 
 ``CheckpointCounters`` is plain data (tests read it directly). ``PrometheusExport`` mirrors it
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from boundary.checkpoints import CheckpointKind
+from boundary.checkpoints.kinds import CheckpointKind
 
 MISS = "miss"  # a lookup that reused nothing
 UNTRACKED = "untracked"  # a hit on a state whose origin was not recorded (ledger overflow, reset)

@@ -3,7 +3,7 @@ state kept there can ever serve a later prefill on this engine.
 
 Where it sits: the engine end, after checkpoints: ``scheduler`` and ``retention`` settle D_end with
 it at finish, ``prediction`` uses the same rule for the cache model; it imports only
-``boundary.retention_policy``.
+``boundary.checkpoints.retention``.
 
 D_end excludes trailing stop tokens (the template re-renders the turn's end itself) and any
 draft tokens (vLLM appends only verified tokens to ``output_token_ids``).
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from boundary.retention_policy import capped_d_end
+from boundary.checkpoints.retention import capped_d_end
 
 
 def committed_end(
@@ -33,7 +33,7 @@ def final_d_end(
     num_prompt_tokens: int, output_token_ids: Sequence[int], stop_token_ids: Collection[int], num_tokens: int
 ) -> int:
     """D_end of a finished request, as the retention decision and the recorded trace both take
-    it: ``boundary.retention_policy.capped_d_end`` of its committed end."""
+    it: ``boundary.checkpoints.retention.capped_d_end`` of its committed end."""
     end = committed_end(num_prompt_tokens, output_token_ids, stop_token_ids)
     return capped_d_end(end, num_tokens, num_prompt_tokens)
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from boundary.cache import CacheGeometry, CacheRequest, OracleCache, PrefixHasher
+from boundary.checkpoints.retention import Variant
 from boundary.experiment.stream import Stream, StreamRequest
-from boundary.retention_policy import Variant
 from boundary_vllm.engine_run import EngineRequest, EngineRun, EngineShape
 from boundary_vllm.prediction import ModelShape, Observed, observed, predicted_hits
 from boundary_vllm.tiny_models import ATTENTION_TOKEN_BYTES, CPU_BLOCK_ALIGNMENT, model_dir, shaped_kind

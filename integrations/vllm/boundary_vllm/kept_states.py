@@ -26,7 +26,7 @@ from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock
 from vllm.v1.request import Request
 
-from boundary.checkpoints import CheckpointKind
+from boundary.checkpoints.kinds import CheckpointKind
 from boundary_vllm.counters import CheckpointCounters
 from boundary_vllm.ledger import HeldState, Holder, Ledger, MambaGroup, RequestCheckpoints
 from boundary_vllm.pool_keys import unkey

@@ -4,7 +4,7 @@ one request keeps and holds, per position (``RequestCheckpoints``, ``HeldState``
 
 Where it sits: the engine end, the plugin's bookkeeping after checkpoints: ``kept_states`` writes
 it, ``retention``, ``cache_blocks`` and ``scheduler`` read it; it imports only
-``boundary.retention_policy`` (the kinds a state stands for).
+``boundary.checkpoints.retention`` (the kinds a state stands for).
 
 Two requests may keep a state under one chained hash (a greedy regenerate, ``n`` identical
 prompts): vLLM's hash table then maps the key to several blocks. The ledger keeps one
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from boundary.checkpoints import CheckpointKind
-from boundary.retention_policy import Decision, EngineGeometry, RequestBoundaries, Variant, serving_kind
+from boundary.checkpoints.kinds import CheckpointKind
+from boundary.checkpoints.retention import Decision, EngineGeometry, RequestBoundaries, Variant, serving_kind
 
 if TYPE_CHECKING:  # this module does not import vLLM
     from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock

@@ -1,14 +1,14 @@
 """Production traces: each finished request written as a production record of the audit's
-JSONL (``boundary.trace``), so ``boundary audit`` and ``boundary experiment`` replay what a
+JSONL (``boundary.trace.records``), so ``boundary audit`` and ``boundary experiment`` replay what a
 deployment really saw.
 
 Where it sits: the engine end feeding the report end: ``scheduler`` (engine side) and ``client``
-(frontend side) record finished requests with it into ``boundary.trace``'s format, which ``boundary
+(frontend side) record finished requests with it into ``boundary.trace.records``'s format, which ``boundary
 audit`` and ``boundary experiment`` read.
 
 A record holds the session id (``chat_request(..., session=...)`` puts it in ``vllm_xargs``;
 without one, the request id, marked ``"session_from": "request_id"`` so that readers group such
-records by prefix-chaining of their prompts, ``boundary.trace_chain``), the prompt ids as the
+records by prefix-chaining of their prompts, ``boundary.trace.chain``), the prompt ids as the
 engine ran them, the committed output ids, U_end / P_end / D_end, the arrival time
 (``arrival_s``: the engine's ``Request.arrival_time``, Unix seconds, or the time the frontend sent
 the request), the joint hit at admission
@@ -17,10 +17,10 @@ the request), the joint hit at admission
 ``unknown`` with no ``hit_tokens`` where the server did not report its cached tokens) and the
 policy. ``RecorderStats.unknown_hits`` counts the records written with an unknown hit.
 Records are written as requests finish, so a session whose requests overlap in time can be
-written out of arrival order, which the reader refuses. ``boundary.trace.production_record``
-builds it and ``boundary.trace.TraceWriter`` writes it.
+written out of arrival order, which the reader refuses. ``boundary.trace.records.production_record``
+builds it and ``boundary.trace.records.TraceWriter`` writes it.
 
-With a ``header`` (``boundary.trace_header.RecordingHeader``: the engine's geometry and what the
+With a ``header`` (``boundary.trace.header.RecordingHeader``: the engine's geometry and what the
 records hold, ``boundary_vllm.recorded_engine.recording_header`` reads it from the engine's
 config) the file starts with it, and ``boundary experiment`` replays at that geometry.
 
@@ -50,9 +50,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from boundary.trace import MAX_TRACE_BYTES, UNKNOWN_HIT, TraceRequest, TraceWriter, production_record
-from boundary.trace_chain import REQUEST_ID
-from boundary.trace_header import RecordingHeader
+from boundary.trace.chain import REQUEST_ID
+from boundary.trace.header import RecordingHeader
+from boundary.trace.records import MAX_TRACE_BYTES, UNKNOWN_HIT, TraceRequest, TraceWriter, production_record
 
 RECORD_ENV = "BOUNDARY_RECORD_PATH"
 MISS = "miss"  # no hit: recorded as ``served_by: null``
@@ -93,7 +93,7 @@ Submitted = FinishedRequest | Callable[[], FinishedRequest]  # what ``TraceRecor
 
 
 def trace_record(finished: FinishedRequest) -> TraceRequest:
-    """The production record of ``finished`` (validated as ``boundary.trace`` reads it)."""
+    """The production record of ``finished`` (validated as ``boundary.trace.records`` reads it)."""
     return production_record(
         finished.session,
         finished.prompt_token_ids,

@@ -43,7 +43,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request
 from vllm.v1.structured_output import StructuredOutputManager
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 from boundary_vllm.compat import runner_output
 from boundary_vllm.counters import CheckpointCounters
 from boundary_vllm.hints import SESSION_KEY, encode_hints

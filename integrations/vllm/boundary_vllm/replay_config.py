@@ -3,7 +3,7 @@
 
 Where it sits: the engine end, under ``boundary_vllm.replay`` (which alone calls it and
 re-exports ``EngineShape`` to the ``vllm`` test tier and the benchmarks); it imports ``pin``,
-``boundary.retention_policy`` (the variant) and vLLM's config classes.
+``boundary.checkpoints.retention`` (the variant) and vLLM's config classes.
 
 The vLLM config is built from a throwaway ``config.json`` (a tiny Llama: the scheduler reads only
 lengths and flags from it); the hybrid part is the hand-built ``KVCacheConfig``.
@@ -32,7 +32,7 @@ from vllm.config import (
 )
 from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec, MambaSpec
 
-from boundary.retention_policy import Variant
+from boundary.checkpoints.retention import Variant
 
 TINY_MODEL = {
     "architectures": ["LlamaForCausalLM"],

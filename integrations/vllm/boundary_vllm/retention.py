@@ -3,11 +3,11 @@
 retention policy.
 
 Where it sits: the engine end, after checkpoints: ``boundary_vllm.scheduler`` calls these hooks at
-admission and finish; they ask ``boundary.retention_policy``, install ``cache_blocks`` and hold
+admission and finish; they ask ``boundary.checkpoints.retention``, install ``cache_blocks`` and hold
 states through ``kept_states`` in the ``ledger``.
 
 For a request that carries hints, ``CheckpointRetention.admit`` asks
-``boundary.retention_policy.decide`` (D_end unknown) and maps the decision onto vLLM: the
+``boundary.checkpoints.retention.decide`` (D_end unknown) and maps the decision onto vLLM: the
 prefill positions where a chunk must end (only where vLLM would not produce that state itself:
 not at P_end's checkpoint, its tail or twin, a native chunk end or exported from inside the last
 chunk by kernels with prefill-checkpoint blocks), the block-aligned and sub-block keeps, and
@@ -45,8 +45,8 @@ from vllm.v1.core.single_type_kv_cache_manager import FullAttentionManager, Mamb
 from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.request import Request
 
-from boundary.checkpoints import CheckpointKind, prompt_end_position
-from boundary.retention_policy import (
+from boundary.checkpoints.kinds import CheckpointKind, prompt_end_position
+from boundary.checkpoints.retention import (
     DecodeStates,
     EngineGeometry,
     Phase,

@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import boundary
+from boundary.checkpoints.retention import Variant
 from boundary.prefixes import common_prefix_length
-from boundary.retention_policy import Variant
 from boundary_vllm.engine_run import EngineOutcome, EngineRequest, EngineRun, compare_outputs
 from boundary_vllm.workload import Turn, conversation_turns, with_reasoning
 
@@ -78,7 +78,7 @@ DEFAULT_SLICE = Slice(((0, 14), (2, 12), (5, 14), (11, 12), (17, 12)))
 
 def conversation(index: int, messages: int) -> list[Turn]:
     """The assistant turns of a tau-bench airline conversation, rendered as the engine tier does."""
-    from boundary.datasets import tau_bench_airline
+    from boundary.shipped.datasets import tau_bench_airline
 
     conv = with_reasoning(tau_bench_airline()[index][:messages])
     return conversation_turns(boundary.load_family(FAMILY), conv, enable_thinking=True)

@@ -8,7 +8,7 @@
 engine's resolved ``scheduler_config.async_scheduling`` says (a platform may have turned async
 scheduling off itself, as vLLM's CPU build does). Per request, from the hints in
 ``vllm_xargs`` (or, for server-rendered prompts, the recognised generation prompt), the
-configured policy variant of ``boundary.retention_policy`` decides which states to keep
+configured policy variant of ``boundary.checkpoints.retention`` decides which states to keep
 (``retention`` executes it):
 
 - a prefill chunk ends at a kept prompt-side position only where vLLM would not produce that
@@ -26,7 +26,7 @@ same signatures in every supported build, ``boundary_vllm.compat``), and retenti
 Mamba manager's ``cache_blocks``.
 
 Where it sits: the engine end, after checkpoints: vLLM loads it by name (``--scheduler-cls``); it
-reads ``hints`` and ``settings``, decides through ``boundary.retention_policy`` and executes
+reads ``hints`` and ``settings``, decides through ``boundary.checkpoints.retention`` and executes
 through ``retention``, recording with ``recording`` and counting with ``counters``. ``engine_run``
 and ``replay`` drive it in tests and benchmarks.
 """
@@ -49,7 +49,7 @@ from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from boundary.retention_policy import RequestBoundaries, Variant
+from boundary.checkpoints.retention import RequestBoundaries, Variant
 from boundary_vllm.compat import applied_retention_interval
 from boundary_vllm.counters import CheckpointCounters, PrometheusExport
 from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability, final_d_end

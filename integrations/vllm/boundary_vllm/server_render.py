@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import boundary
-from boundary.datasets import default_conversation
 from boundary.errors import BoundaryError
+from boundary.shipped.datasets import default_conversation
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,9 +4,10 @@
         --additional-config '{"boundary": {"policy": "both"}}'
 
 Where it sits: the engine end, configuration: ``scheduler`` and ``engine_checks`` read it; it
-imports only ``boundary.retention_policy`` (the variant names) and ``boundary.trace`` (its size bound).
+imports only ``boundary.checkpoints.retention`` (the variant names) and ``boundary.trace.records``
+(its size bound).
 
-Policies are the variants of ``boundary.retention_policy`` (the same decision the experiment's
+Policies are the variants of ``boundary.checkpoints.retention`` (the same decision the experiment's
 cache model runs): ``main_sparse`` (P_end), ``input_end`` (U_end), ``decode_end`` (D_end),
 ``both`` (U_end + D_end), ``chat_aware`` and ``horizon`` (one state each, from the request's
 ``boundary_round_trip`` / ``boundary_horizon`` hints). Reactive junctions are always kept;
@@ -21,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from boundary.retention_policy import Variant
-from boundary.trace import MAX_TRACE_BYTES
+from boundary.checkpoints.retention import Variant
+from boundary.trace.records import MAX_TRACE_BYTES
 
 SETTINGS_KEY = "boundary"
 

@@ -2,7 +2,7 @@
 
 Where it sits: beside the engine end, as test and benchmark input: the engine test tier,
 ``benchmarks/engine.py`` and ``integrations/vllm/gpu_check.py`` load models from it; it imports
-``boundary`` (the shipped family) and ``boundary.resources``.
+``boundary`` (the shipped family) and ``boundary.shipped.resources``.
 
 Each model is built from a transformers config (seeded random weights, bf16) and saved with
 boundary's shipped Qwen3.5 vocabulary and chat template, so prompts rendered by boundary are
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import boundary
-from boundary.resources import cache_dir
+from boundary.shipped.resources import cache_dir
 
 FAMILY, VARIANT = "qwen3_5", "think"  # the vocabulary and template the models are saved with
 VOCAB_SIZE = 248320  # Qwen3.5's padded embedding size (248,044 ranks + added tokens fit)

@@ -22,9 +22,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from boundary.family import Family
+from boundary.family.facade import Family
 from boundary.outputs import GeneratedOutput, format_output
-from boundary.rendering import Rendering
+from boundary.tokenize.rendering import Rendering
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ from boundary_vllm import chat_request, post_chat
 from boundary_vllm.client import reported_cached_tokens
 
 import boundary
-from boundary.datasets import default_conversation
+from boundary.shipped.datasets import default_conversation
 
 
 def main(argv: list[str] | None = None) -> int:

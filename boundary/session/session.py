@@ -1,0 +1,409 @@
+"""Session-incremental rendering: per-turn cost proportional to what changed.
+
+Where it sits: after the renderer (``boundary.renderer``), whose results it reproduces
+incrementally; the ``Family`` facade offers it.
+
+A serving frontend renders every turn of a conversation, and each request repeats the whole
+history. ``Session.render`` gives exactly what ``Family.render`` gives for the same request,
+but only validates the messages it has not seen (by exact content: key order and value
+types kept, see ``boundary.request.identity``) and only tokenizes the text after the last
+point where (a) the new text agrees with the previous request's text and (b) the token
+stream is provably cut there: a safe cut that the tokenizer's encoder itself declares
+(``Tokenizer.cut_rule``, rule in ``boundary.tokenize.segments``) lying at least ``lookahead``
+characters inside the shared text. An encoder that declares no safe cut (for instance one
+whose added tokens strip any run of whitespace) is simply encoded in full every turn.
+Templates that rewrite history (dropping earlier reasoning, injecting a date or a default
+system prompt) simply move that point back to where the texts first differ.
+
+The template runs every turn, but its message loop replays the iterations whose inputs are
+unchanged (``boundary.session.incremental.store``; ``SessionStats.full_render_reason`` says why a template
+runs in full).
+
+``SessionCache`` keeps sessions by id, bounded by a count and by the bytes they hold
+(``Session.nbytes``), the least recently used dropped first.
+
+Threads: a ``Session`` renders one request at a time under its own lock (a second request of
+the same conversation waits for the first); a ``SessionCache`` guards its table with one lock
+that is never held while a session renders. Both may be shared by a frontend's threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from sys import getsizeof
+from typing import Any
+
+from boundary.footprint import held_bytes
+from boundary.offsets import TokenMap
+from boundary.render.sandbox.kept_json import ACTIVE_KEPT_JSON, KeptJson
+from boundary.render.target import RenderTarget, resolve_target, template_tools
+from boundary.renderer import Renderer, check_arguments
+from boundary.request.identity import ContentKey, SeenPrefix, as_read, items_key
+from boundary.request.models import Message, Tool
+from boundary.request.validation import (
+    ArgumentsForm,
+    call_ids_of,
+    parse_messages,
+    parse_messages_or_plain,
+    parse_tools,
+)
+from boundary.session.ids import KeptIds
+from boundary.session.incremental.store import Incremental
+from boundary.tokenize.rendering import Rendering
+from boundary.tokenize.segments import Clock
+
+# Below this many messages a request runs the template in full: tracing a loop of fewer
+# iterations costs more than replaying them saves (on tau-bench and ShareGPT-like chats a
+# session re-running the template in full is faster up to 10-19 messages; docs/sessions.md)
+MIN_INCREMENTAL_MESSAGES = 16
+# Bytes counted for a session that holds nothing yet: its objects, the incremental store's
+# and the exact-content keyer's (measured with tracemalloc: ``tests/test_session_bytes.py``).
+_EMPTY_SESSION = 8 * 1024
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024  # a ``SessionCache``'s default bound on the bytes its sessions hold
+
+
+@dataclass(slots=True)
+class SessionStats:
+    """Counters over a session's renders: how many tokens were kept and how many encoded."""
+
+    requests: int = 0
+    reused_tokens: int = 0
+    encoded_tokens: int = 0
+    revalidated_messages: int = 0
+    reused_iterations: int = 0  # message-loop iterations replayed (``boundary.session.incremental.store``)
+    chained_iterations: int = 0  # of those, replayed as the loop's unchanged head (one chain)
+    rendered_iterations: int = 0
+    full_render_reason: str | None = None  # why the last render ran the template in full
+    bytes: int = 0  # what the session holds after its last render (``Session.nbytes``)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCacheStats:
+    """A ``SessionCache`` at one moment: the sessions kept, the bytes they hold (each as of
+    its last render), its bounds and the sessions evicted so far."""
+
+    sessions: int
+    bytes: int
+    max_bytes: int
+    capacity: int
+    evictions: int
+
+
+class Session:
+    """Renders the successive requests of one conversation; results equal ``Family.render``.
+
+    A message counts as seen only when its exact content is: each message given is keyed by
+    ``boundary.request.identity.item_key`` (key order and value types kept, ``1`` / ``1.0`` /
+    ``True`` distinct), taken when it is rendered, so a caller may pass freshly parsed dicts
+    every turn or edit earlier message objects in place between turns. Tools are keyed the
+    same way, as a whole. Everything kept was validated and normalized under one
+    ``(arguments, strict_request, target, variant)`` (the variant chosen: the content format
+    vLLM detects is the template's); a call with another starts the messages over, and the
+    tools key includes ``strict_request`` and the target.
+
+    Threads: ``render`` holds the session's lock from start to end, the template run
+    included, so concurrent requests of one conversation are rendered one after the other,
+    each with exactly its cold result. A render that raises part-way leaves state a later
+    render reuses only where it is whole: the kept text is emptied before the kept ids are
+    cut, and messages are kept only once validated.
+
+    Memory: ``nbytes`` counts what the session holds (see there), kept up to date by each
+    render at a cost independent of the conversation's length.
+    """
+
+    def __init__(
+        self, family: Renderer, *, incremental: bool = True, min_messages: int = MIN_INCREMENTAL_MESSAGES
+    ) -> None:
+        """``incremental=False`` runs the template in full on every request; a request of fewer
+        than ``min_messages`` messages always does."""
+        self.family = family
+        self.stats = SessionStats()
+        self._lock = threading.Lock()
+        self._seen = SeenPrefix()  # the messages last given, by exact content
+        self._call_ids: set[str] = set()  # the tool-call ids ``_normalized`` makes
+        self._normalized: list[dict[str, Any]] = []
+        self._normalized_bytes = [0]  # [k]: ``held_bytes`` of ``_normalized[:k]``
+        # (arguments, strict_request, target, variant) the kept messages were normalized under
+        self._parsed_under: tuple[ArgumentsForm | None, bool, str, str] | None = None
+        self._tools_key: tuple[bool, str, ContentKey] | None = None
+        self._tools: list[dict[str, Any]] | None = None
+        self._tools_bytes = 0
+        self._tools_json: KeptJson | None = None  # ``tojson`` of ``_tools``, kept while they are
+        self._kept = KeptIds(family.tokenizer)  # the last request's text and ids
+        self._incremental = Incremental(enabled=incremental, min_messages=min_messages)
+        self.nbytes = self._count()
+
+    # The signature is ``Renderer.render``'s, spelled out again (alike by design: a session is a
+    # drop-in for the renderer); the work is the renderer's (``render_with_encoder``).
+    def render(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        tools: Sequence[Mapping[str, Any] | Tool] | None = None,
+        add_generation_prompt: bool | None = None,
+        *,
+        variant: str | None = None,
+        documents: Sequence[Mapping[str, Any]] | None = None,
+        sanitize_control_tokens: bool = False,
+        arguments: ArgumentsForm | None = None,
+        now: datetime | None = None,
+        continue_final_message: bool | str = False,
+        strict_request: bool = False,
+        strict_template_kwargs: bool = False,
+        target: str | RenderTarget | None = None,
+        **template_kwargs: Any,
+    ) -> Rendering:
+        """Same signature and result as ``Family.render``: the renderer renders the prepared
+        messages, with this session's encoder (``_encode``) in place of a full encode and its
+        incremental template run (``boundary.session.incremental.store``) in place of a full run. Holds the
+        session's lock throughout."""
+        fam = self.family
+        with self._lock:
+            try:
+                check_arguments(arguments)
+                resolved = resolve_target(target)
+                selected = fam.select_variant(variant, tools)
+                if resolved.family_conventions:
+                    arguments = arguments or fam.tool_arguments(selected)
+                normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
+                self._prepare_tools(tools, strict_request, resolved)
+                if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
+                    self._kept.clear()
+                # set only when it changes what a render reads (a first request without tools: no)
+                kept_json = None
+                if self._tools_json is not None or ACTIVE_KEPT_JSON.get() is not None:
+                    kept_json = ACTIVE_KEPT_JSON.set(self._tools_json)
+                try:
+                    rendered = fam.render_with_encoder(
+                        normalized,
+                        self._tools,
+                        add_generation_prompt,
+                        template_kwargs=template_kwargs,
+                        encoder=None if sanitize_control_tokens else self._encode,
+                        variant=variant,
+                        documents=documents,
+                        sanitize_control_tokens=sanitize_control_tokens,
+                        now=now,
+                        continue_final_message=continue_final_message,
+                        strict_template_kwargs=strict_template_kwargs,
+                        run=None if sanitize_control_tokens else self._incremental.run_template,
+                    )
+                finally:
+                    if kept_json is not None:
+                        ACTIVE_KEPT_JSON.reset(kept_json)
+            finally:
+                self._settle_stats()
+        return rendered
+
+    def _settle_stats(self) -> None:
+        """The counters of the render that ended, and ``nbytes``."""
+        inc, stats = self._incremental, self.stats
+        stats.reused_iterations, stats.rendered_iterations = inc.reused, inc.rendered
+        stats.chained_iterations = inc.chained
+        stats.full_render_reason = inc.reason
+        stats.bytes = self.nbytes = self._count()
+
+    def _count(self) -> int:
+        """The bytes counted in ``nbytes``: O(1), from sizes kept as the state changed."""
+        return (
+            _EMPTY_SESSION
+            + self._kept.nbytes
+            + self._seen.nbytes
+            + self._normalized_bytes[-1]
+            + getsizeof(self._normalized)
+            + getsizeof(self._call_ids)
+            + _CALL_ID * len(self._call_ids)
+            + self._tools_bytes
+            + (self._tools_json.nbytes if self._tools_json is not None else 0)
+            + self._incremental.nbytes
+        )
+
+    def _prepare(
+        self,
+        messages: Sequence[Any],
+        arguments: ArgumentsForm | None,
+        strict: bool,
+        target: RenderTarget,
+        variant: str,
+    ) -> list[dict[str, Any]]:
+        """The normalized messages: those whose key matches the one kept at the same index
+        (a prefix) are reused, the rest validated and normalized again."""
+        if type(messages) is not list and (
+            isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)
+        ):
+            parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
+        if (arguments, strict, target.name, variant) != self._parsed_under:
+            self._seen.reset()
+            self._normalized, self._normalized_bytes, self._call_ids = [], [0], set()
+            self._parsed_under = (arguments, strict, target.name, variant)
+        keep = min(self._seen.common(messages), len(self._normalized))
+        tail = messages[keep:]
+        head_ids = self._call_ids if keep == len(self._normalized) else call_ids_of(self._normalized[:keep])
+        call_ids = set(head_ids)  # validation adds the tail's to it
+        if target.family_conventions:
+            parsed = parse_messages_or_plain(tail, first_index=keep, call_ids=call_ids, strict=strict)
+            normalized = self.family.normalize_parsed(parsed, arguments, variant=variant, target=target)
+        else:
+            models = parse_messages(tail, first_index=keep, call_ids=call_ids, strict=strict)
+            normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
+        self._normalized = self._normalized[:keep] + normalized
+        del self._normalized_bytes[keep + 1 :]
+        _extend_sums(self._normalized_bytes, map(held_bytes, normalized))
+        self._call_ids = head_ids | call_ids_of(normalized)
+        self._seen.accept()
+        self.stats.revalidated_messages += len(tail)
+        return list(self._normalized)
+
+    def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool, target: RenderTarget) -> None:
+        """Validate and normalize ``tools`` unless exactly these were, under this ``strict``
+        and ``target``; their ``tojson`` texts are kept (``boundary.render.sandbox.kept_json``) as long
+        as they are."""
+        if tools is None:
+            self._tools, self._tools_key, self._tools_bytes, self._tools_json = None, None, 0, None
+            return
+        key = items_key(tools)
+        if key is None or (strict, target.name, key) != self._tools_key:
+            sent = [as_read(t) for t in tools]
+            self._tools = template_tools(target, parse_tools(tools, strict=strict), sent)
+            self._tools_key = None if key is None else (strict, target.name, key)
+            self._tools_bytes = held_bytes(self._tools) + held_bytes(self._tools_key)
+            # the JSON is kept only for tools known unchanged by their key
+            self._tools_json = None if key is None else KeptJson(self._tools)
+
+    def _encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
+        """``text``'s ids and token map, the kept ids reused (``KeptIds.encode``), counted."""
+        kept, stats = self._kept, self.stats
+        ids, token_map = kept.encode(text, clock)
+        stats.requests += 1
+        stats.reused_tokens += kept.reused
+        stats.encoded_tokens += kept.encoded
+        return ids, token_map
+
+
+_CALL_ID = 96  # bytes counted per tool-call id kept: a short str and its set slot
+
+
+def _extend_sums(sums: list[int], more: Iterable[int]) -> None:
+    """Continue the running total ``sums`` over ``more``."""
+    total = sums[-1]
+    for n in more:
+        total += n
+        sums.append(total)
+
+
+@dataclass(slots=True)
+class _Kept:
+    """A session in a ``SessionCache`` and the bytes the cache counts for it."""
+
+    session: Session
+    counted: int
+
+
+class SessionCache:
+    """Sessions by id, the least recently used dropped first once more than ``capacity``
+    are kept or they hold more than ``max_bytes`` (default 256 MiB). A session holding more
+    than ``max_bytes`` on its own is served but not kept: its next request starts a new one.
+
+    Invariant (between operations): ``stats.bytes`` is the sum of the kept sessions'
+    ``nbytes`` as of their last render or ``get`` and is at most ``max_bytes``, and at most
+    ``capacity`` sessions are kept. A render in flight is not bounded until it ends.
+
+    Threads: every operation is atomic under one lock, which is never held while a session
+    renders: ``render`` takes the session out under it, renders under the session's own
+    lock, then counts its bytes under it again. A session dropped or evicted while a render
+    of it is in flight is not put back; that render finishes on its own object.
+    """
+
+    def __init__(self, family: Renderer, capacity: int = 1024, *, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be >= 1, got {max_bytes}")
+        self.family = family
+        self.capacity = capacity
+        self.max_bytes = max_bytes
+        self.evictions = 0
+        self._sessions: OrderedDict[str, _Kept] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str) -> Session:
+        """The session for ``session_id``, created when new; marks it most recently used and
+        counts its bytes again (a session rendered directly is counted here)."""
+        with self._lock:
+            kept = self._sessions.get(session_id)
+            if kept is None:
+                session = Session(self.family)
+                kept = self._sessions[session_id] = _Kept(session, session.nbytes)
+                self._bytes += kept.counted
+            else:
+                self._sessions.move_to_end(session_id)
+            self._settle(session_id, kept)
+            return kept.session
+
+    def render(self, session_id: str, messages: Sequence[Any], *args: Any, **kwargs: Any) -> Rendering:
+        """``Session.render`` of ``session_id``'s session (``get``), then its bytes counted and
+        the least recently used sessions evicted past the bounds."""
+        session = self.get(session_id)
+        try:
+            return session.render(messages, *args, **kwargs)
+        finally:
+            with self._lock:
+                kept = self._sessions.get(session_id)
+                if kept is not None and kept.session is session:
+                    self._settle(session_id, kept)
+
+    def drop(self, session_id: str) -> bool:
+        """Forget a session (e.g. when the conversation ends); True if it was cached."""
+        with self._lock:
+            kept = self._sessions.pop(session_id, None)
+            if kept is None:
+                return False
+            self._bytes -= kept.counted
+            return True
+
+    def clear(self) -> None:
+        with self._lock:
+            self._sessions.clear()
+            self._bytes = 0
+
+    @property
+    def stats(self) -> SessionCacheStats:
+        with self._lock:
+            return SessionCacheStats(
+                len(self._sessions), self._bytes, self.max_bytes, self.capacity, self.evictions
+            )
+
+    def ids(self) -> list[str]:
+        """The ids of the sessions kept, least recently used first."""
+        with self._lock:
+            return list(self._sessions)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def __contains__(self, session_id: object) -> bool:
+        with self._lock:
+            return session_id in self._sessions
+
+    def _settle(self, session_id: str, kept: _Kept) -> None:
+        """Count ``kept`` again (its ``nbytes``, set by its last render under its own lock),
+        drop it if it alone is past ``max_bytes``, then evict the least recently used past
+        the bounds. Under the cache's lock."""
+        counted = kept.session.nbytes
+        self._bytes += counted - kept.counted
+        kept.counted = counted
+        sessions = self._sessions
+        if counted > self.max_bytes:
+            del sessions[session_id]
+            self._bytes -= counted
+            self.evictions += 1
+        # ends: each pass drops one session, and with none left both bounds hold
+        while len(sessions) > self.capacity or self._bytes > self.max_bytes:
+            _, oldest = sessions.popitem(last=False)
+            self._bytes -= oldest.counted
+            self.evictions += 1
