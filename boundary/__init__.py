@@ -37,6 +37,7 @@ from boundary.errors import (
 from boundary.family.facade import Family, FamilySpec, family_names, family_spec, load_family
 from boundary.offsets import Boundary, BoundaryStatus, CharOffset, Span, TokenOffset
 from boundary.outputs import GeneratedOutput, OutputStatus, ParsedOutput, format_output, parse_output
+from boundary.render.options import RenderOptions
 from boundary.render.sandbox import RenderLimits
 from boundary.renderer import Renderer
 from boundary.session.session import Session, SessionCache, SessionStats
@@ -67,6 +68,7 @@ __all__ = [
     "ParsedOutput",
     "RenderLimitExceeded",
     "RenderLimits",
+    "RenderOptions",
     "Renderer",
     "Rendering",
     "RequestError",

@@ -21,6 +21,7 @@ from boundary.errors import RequestError, TemplateLoadError
 from boundary.render.content_format import detect_content_format
 from boundary.render.continuation import cut_after_final_message, generation_prompt, open_final_message
 from boundary.render.marks import TextRendering
+from boundary.render.options import DEFAULT_OPTIONS, RenderOptions
 from boundary.render.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.render.target import (
     RenderTarget,
@@ -135,25 +136,23 @@ class Renderer:
         self,
         messages: Sequence[Mapping[str, Any] | Message],
         tools: Sequence[Mapping[str, Any] | Tool] | None = None,
-        *,
-        arguments: ArgumentsForm | None = None,
-        variant: str | None = None,
-        strict_request: bool = False,
-        target: str | RenderTarget | None = None,
+        options: RenderOptions = DEFAULT_OPTIONS,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
-        """Validate a request and normalize it into the dicts ``variant``'s template reads, as
-        ``target`` hands them over (``boundary.render.target``; default ``vllm-0.33``).
-        ``strict_request`` refuses fields and content part types outside the OpenAI schema."""
-        check_arguments(arguments)
-        resolved = resolve_target(target)
-        variant = self.select_variant(variant, tools)
+        """Validate a request and normalize it into the dicts its template reads, as
+        ``options.target`` hands them over (``boundary.render.target``; default ``vllm-0.33``).
+        ``options.strict_request`` refuses fields and content part types outside the OpenAI
+        schema; ``options.arguments`` and ``options.variant`` are ``render``'s."""
+        check_arguments(options.arguments)
+        resolved = resolve_target(options.target)
+        variant = self.select_variant(options.variant, tools)
+        strict, arguments = options.strict_request, options.arguments
         if resolved.family_conventions:
-            parsed = parse_messages_or_plain(messages, strict=strict_request)
-            parsed_tools = parse_tools(tools, strict=strict_request)
+            parsed = parse_messages_or_plain(messages, strict=strict)
+            parsed_tools = parse_tools(tools, strict=strict)
             normalized = self.normalize_parsed(parsed, arguments, variant=variant, target=resolved)
         else:
-            models = parse_messages(messages, strict=strict_request)
-            parsed_tools = parse_tools(tools, strict=strict_request)
+            models = parse_messages(messages, strict=strict)
+            parsed_tools = parse_tools(tools, strict=strict)
             normalized = self.normalize(models, arguments, variant=variant, target=resolved, sent=messages)
         sent_tools = None if tools is None else [as_read(t) for t in tools]
         return normalized, template_tools(resolved, parsed_tools, sent_tools)
@@ -260,73 +259,39 @@ class Renderer:
         U_end / P_end are as ``Rendering`` documents. ``add_generation_prompt`` defaults to
         ``not continue_final_message``; asking for both is a ``RequestError``.
         """
-        prepared_messages, prepared_tools = self.prepare(
-            messages,
-            tools,
-            arguments=arguments,
-            variant=variant,
-            strict_request=strict_request,
-            target=target,
-        )
-        # Each entry point spells out the public keyword arguments and passes them on one by one
-        # (alike by design: typed signatures, no **kwargs between them).
-        return self.render_prepared(
-            prepared_messages,
-            prepared_tools,
-            add_generation_prompt,
+        options = RenderOptions(
+            add_generation_prompt=add_generation_prompt,
             variant=variant,
             documents=documents,
             sanitize_control_tokens=sanitize_control_tokens,
+            arguments=arguments,
             now=now,
             continue_final_message=continue_final_message,
+            strict_request=strict_request,
             strict_template_kwargs=strict_template_kwargs,
-            **template_kwargs,
+            target=target,
+            template_kwargs=template_kwargs,
         )
+        prepared_messages, prepared_tools = self.prepare(messages, tools, options)
+        return self.render_prepared(prepared_messages, prepared_tools, options)
 
     def render_prepared(
         self,
         /,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None = None,
-        add_generation_prompt: bool | None = None,
-        *,
-        variant: str | None = None,
-        documents: Sequence[Mapping[str, Any]] | None = None,
-        sanitize_control_tokens: bool = False,
-        now: datetime | None = None,
-        continue_final_message: bool | str = False,
-        strict_template_kwargs: bool = False,
-        **template_kwargs: Any,
+        options: RenderOptions = DEFAULT_OPTIONS,
     ) -> Rendering:
         """``render`` for messages already validated and normalized by ``prepare``."""
-        return self.render_with_encoder(
-            messages,
-            tools,
-            add_generation_prompt,
-            template_kwargs=template_kwargs,
-            encoder=None,
-            variant=variant,
-            documents=documents,
-            sanitize_control_tokens=sanitize_control_tokens,
-            now=now,
-            continue_final_message=continue_final_message,
-            strict_template_kwargs=strict_template_kwargs,
-        )
+        return self.render_with_encoder(messages, tools, options, encoder=None)
 
     def render_with_encoder(
         self,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]] | None,
-        add_generation_prompt: bool | None,
+        options: RenderOptions,
         *,
-        template_kwargs: Mapping[str, Any],
         encoder: Encoder | None,
-        variant: str | None = None,
-        documents: Sequence[Mapping[str, Any]] | None = None,
-        sanitize_control_tokens: bool = False,
-        now: datetime | None = None,
-        continue_final_message: bool | str = False,
-        strict_template_kwargs: bool = False,
         run: TemplateRunner | None = None,
     ) -> Rendering:
         """``render_prepared`` with the text encoded by ``encoder`` (None: the tokenizer, in
@@ -334,20 +299,13 @@ class Renderer:
         runs the compiled template in ``run_template``'s place and must give its result
         (None: ``run_template``; a session passes its incremental run). The template kwargs
         are resolved once, here."""
-        variant = self.select_variant(variant, tools)
-        resolved = self.resolve_template_kwargs(template_kwargs, variant, strict=strict_template_kwargs)
-        pattern = self._control_pattern(self.template(variant)) if sanitize_control_tokens else None
+        variant = self.select_variant(options.variant, tools)
+        resolved = self.resolve_template_kwargs(
+            options.template_kwargs, variant, strict=options.strict_template_kwargs
+        )
+        pattern = self._control_pattern(self.template(variant)) if options.sanitize_control_tokens else None
         rendered = self._text_rendering(
-            messages,
-            tools,
-            add_generation_prompt,
-            variant=variant,
-            documents=documents,
-            control_pattern=pattern,
-            now=now,
-            continue_final_message=continue_final_message,
-            kwargs=resolved.kept,
-            run=run,
+            messages, tools, options, variant=variant, control_pattern=pattern, kwargs=resolved.kept, run=run
         )
         if pattern is None:
             result = encode_rendering(rendered, self.tokenizer, encoder)
@@ -359,13 +317,10 @@ class Renderer:
         self,
         messages: Sequence[Mapping[str, Any]],
         tools: list[dict[str, Any]] | None,
-        add_generation_prompt: bool | None,
+        options: RenderOptions,
         *,
         variant: str,
-        documents: Sequence[Mapping[str, Any]] | None,
         control_pattern: re.Pattern[str] | None,
-        now: datetime | None,
-        continue_final_message: bool | str,
         kwargs: Mapping[str, Any],
         run: TemplateRunner | None,
     ) -> TextRendering:
@@ -374,9 +329,10 @@ class Renderer:
         tokens in the inputs come back wrapped in markers. With ``continue_final_message``
         the text ends after the final message's content and ``input_end`` is that message's
         start (see ``Rendering``)."""
+        documents, continue_final_message = options.documents, options.continue_final_message
         source = self.template(variant)
         compiled = self.compiled(source)
-        prompt_flag = generation_prompt(add_generation_prompt, continue_final_message)
+        prompt_flag = generation_prompt(options.add_generation_prompt, continue_final_message)
         for i, document in enumerate(documents or ()):
             check_value(document, f"documents[{i}]")
         if control_pattern is not None:
@@ -393,7 +349,7 @@ class Renderer:
             documents=documents,
             add_generation_prompt=prompt_flag,
             variables={**self.tokenizer.special_tokens_map, **kwargs},
-            now=now,
+            now=options.now,
             limits=self.limits,
         )
         rendered = rendered if final is None else cut_after_final_message(rendered, final)

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import boundary
+from boundary.render.options import RenderOptions
 from boundary.render.target import DEFAULT_TARGET, resolve_target, transformers_target
 from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases, loops_over_content
 
@@ -336,7 +337,7 @@ def test_an_unknown_target_is_a_typed_error(bad: str) -> None:
     messages = [{"role": "user", "content": "Hi"}]
     for call in (
         lambda: fam.render(messages, target=bad),
-        lambda: fam.prepare(messages, target=bad),
+        lambda: fam.prepare(messages, options=RenderOptions(target=bad)),
         lambda: fam.session().render(messages, target=bad),
     ):
         with pytest.raises(boundary.RequestError, match=r"^target: ") as info:

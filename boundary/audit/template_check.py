@@ -30,6 +30,7 @@ from boundary.family.facade import Family
 from boundary.offsets import BoundaryStatus
 from boundary.outputs import format_output
 from boundary.prefixes import common_prefix_length
+from boundary.render.options import RenderOptions
 from boundary.renderer import Renderer
 from boundary.tokenize.rendering import Rendering
 from boundary.verify.divergence import head_change
@@ -271,7 +272,9 @@ def _target_equal(
     is rendered again with the clock unpinned, and that rendering decides."""
     if o.reference is None:
         return None
-    handed, handed_tools = renderer.prepare(messages, tools, variant=o.variant, target=o.target)
+    handed, handed_tools = renderer.prepare(
+        messages, tools, RenderOptions(variant=o.variant, target=o.target)
+    )
     template = renderer.template(renderer.select_variant(o.variant, tools))
     kwargs = {
         **o.template_kwargs,

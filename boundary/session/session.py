@@ -39,6 +39,7 @@ from typing import Any
 
 from boundary.footprint import held_bytes
 from boundary.offsets import TokenMap
+from boundary.render.options import RenderOptions
 from boundary.render.sandbox.kept_json import ACTIVE_KEPT_JSON, KeptJson
 from boundary.render.target import RenderTarget, resolve_target, template_tools
 from boundary.renderer import Renderer, check_arguments
@@ -160,43 +161,59 @@ class Session:
         messages, with this session's encoder (``_encode``) in place of a full encode and its
         incremental template run (``boundary.session.incremental.store``) in place of a full run. Holds the
         session's lock throughout."""
-        fam = self.family
+        options = RenderOptions(
+            add_generation_prompt=add_generation_prompt,
+            variant=variant,
+            documents=documents,
+            sanitize_control_tokens=sanitize_control_tokens,
+            arguments=arguments,
+            now=now,
+            continue_final_message=continue_final_message,
+            strict_request=strict_request,
+            strict_template_kwargs=strict_template_kwargs,
+            target=target,
+            template_kwargs=template_kwargs,
+        )
         with self._lock:
             try:
-                check_arguments(arguments)
-                resolved = resolve_target(target)
-                selected = fam.select_variant(variant, tools)
-                if resolved.family_conventions:
-                    arguments = arguments or fam.tool_arguments(selected)
-                normalized = self._prepare(messages, arguments, strict_request, resolved, selected)
-                self._prepare_tools(tools, strict_request, resolved)
-                if sanitize_control_tokens:  # pieces are encoded apart; nothing here to reuse
-                    self._kept.clear()
-                # set only when it changes what a render reads (a first request without tools: no)
-                kept_json = None
-                if self._tools_json is not None or ACTIVE_KEPT_JSON.get() is not None:
-                    kept_json = ACTIVE_KEPT_JSON.set(self._tools_json)
-                try:
-                    rendered = fam.render_with_encoder(
-                        normalized,
-                        self._tools,
-                        add_generation_prompt,
-                        template_kwargs=template_kwargs,
-                        encoder=None if sanitize_control_tokens else self._encode,
-                        variant=variant,
-                        documents=documents,
-                        sanitize_control_tokens=sanitize_control_tokens,
-                        now=now,
-                        continue_final_message=continue_final_message,
-                        strict_template_kwargs=strict_template_kwargs,
-                        run=None if sanitize_control_tokens else self._incremental.run_template,
-                    )
-                finally:
-                    if kept_json is not None:
-                        ACTIVE_KEPT_JSON.reset(kept_json)
+                return self._render(messages, tools, options)
             finally:
                 self._settle_stats()
-        return rendered
+
+    def _render(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        tools: Sequence[Mapping[str, Any] | Tool] | None,
+        options: RenderOptions,
+    ) -> Rendering:
+        """``render``'s work, under the session's lock."""
+        fam = self.family
+        check_arguments(options.arguments)
+        resolved = resolve_target(options.target)
+        selected = fam.select_variant(options.variant, tools)
+        arguments = options.arguments
+        if resolved.family_conventions:
+            arguments = arguments or fam.tool_arguments(selected)
+        normalized = self._prepare(messages, arguments, options.strict_request, resolved, selected)
+        self._prepare_tools(tools, options.strict_request, resolved)
+        sanitize = options.sanitize_control_tokens
+        if sanitize:  # pieces are encoded apart; nothing here to reuse
+            self._kept.clear()
+        # set only when it changes what a render reads (a first request without tools: no)
+        kept_json = None
+        if self._tools_json is not None or ACTIVE_KEPT_JSON.get() is not None:
+            kept_json = ACTIVE_KEPT_JSON.set(self._tools_json)
+        try:
+            return fam.render_with_encoder(
+                normalized,
+                self._tools,
+                options,
+                encoder=None if sanitize else self._encode,
+                run=None if sanitize else self._incremental.run_template,
+            )
+        finally:
+            if kept_json is not None:
+                ACTIVE_KEPT_JSON.reset(kept_json)
 
     def _settle_stats(self) -> None:
         """The counters of the render that ended, and ``nbytes``."""

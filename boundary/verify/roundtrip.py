@@ -39,6 +39,7 @@ from boundary.outputs import (
     parse_output,
 )
 from boundary.prefixes import common_prefix_length
+from boundary.render.options import RenderOptions
 from boundary.renderer import HoldsRenderer, Renderer, renderer_of
 from boundary.tokenize.rendering import Rendering
 from boundary.verify.divergence import Cause, classify, head_change
@@ -366,6 +367,8 @@ def _history_same(
 ) -> bool:
     if len(next_messages) < len(messages):
         return False
-    ours, _ = family.prepare(messages, arguments=habits.arguments)
-    theirs, _ = family.prepare(list(next_messages)[: len(messages)], arguments=habits.arguments)
+    ours, _ = family.prepare(messages, options=RenderOptions(arguments=habits.arguments))
+    theirs, _ = family.prepare(
+        list(next_messages)[: len(messages)], options=RenderOptions(arguments=habits.arguments)
+    )
     return ours == theirs

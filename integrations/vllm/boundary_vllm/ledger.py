@@ -31,8 +31,6 @@ if TYPE_CHECKING:  # this module does not import vLLM
     from vllm.v1.core.kv_cache_utils import BlockHashWithGroupId, KVCacheBlock
     from vllm.v1.core.single_type_kv_cache_manager import MambaManager
 
-Key = Any  # vLLM's ``BlockHashWithGroupId``
-
 
 @dataclass(slots=True)
 class Holder:
@@ -57,26 +55,32 @@ class Ledger:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[Key, dict[int, Holder]] = OrderedDict()
+        self._entries: OrderedDict[BlockHashWithGroupId, dict[int, Holder]] = OrderedDict()
         self.retained: Counter[str] = Counter()
 
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __contains__(self, key: Key) -> bool:
+    def __contains__(self, key: BlockHashWithGroupId) -> bool:
         return key in self._entries
 
-    def __iter__(self) -> Iterator[Key]:
+    def __iter__(self) -> Iterator[BlockHashWithGroupId]:
         return iter(self._entries)
 
-    def holders(self, key: Key) -> tuple[Holder, ...]:
+    def holders(self, key: BlockHashWithGroupId) -> tuple[Holder, ...]:
         return tuple(self._entries.get(key, {}).values())
 
-    def holder(self, key: Key, block_id: int) -> Holder | None:
+    def holder(self, key: BlockHashWithGroupId, block_id: int) -> Holder | None:
         return self._entries.get(key, {}).get(block_id)
 
     def remember(
-        self, key: Key, block_id: int, kinds: tuple[CheckpointKind, ...], nbytes: int, *, counted: bool
+        self,
+        key: BlockHashWithGroupId,
+        block_id: int,
+        kinds: tuple[CheckpointKind, ...],
+        nbytes: int,
+        *,
+        counted: bool,
     ) -> Holder:
         """Attribute the state ``block_id`` holds under ``key`` to ``kinds`` (replacing what the
         ledger said about that block under that key); the key becomes the newest."""
@@ -101,7 +105,7 @@ class Ledger:
         holder.kinds = kinds
         self.count(holder)
 
-    def drop(self, key: Key, block_id: int) -> Holder | None:
+    def drop(self, key: BlockHashWithGroupId, block_id: int) -> Holder | None:
         """``block_id`` no longer holds a state under ``key``."""
         holders = self._entries.get(key)
         holder = holders.pop(block_id, None) if holders is not None else None
@@ -111,11 +115,11 @@ class Ledger:
             del self._entries[key]
         return holder
 
-    def forget(self, key: Key) -> None:
+    def forget(self, key: BlockHashWithGroupId) -> None:
         for holder in self._entries.pop(key, {}).values():
             self._uncount(holder)
 
-    def moved(self, key: Key, src: int, dst: int) -> None:
+    def moved(self, key: BlockHashWithGroupId, src: int, dst: int) -> None:
         """vLLM re-pointed ``key`` from block ``src`` to its copy ``dst``."""
         holders = self._entries.get(key)
         holder = holders.pop(src, None) if holders is not None else None
@@ -128,7 +132,7 @@ class Ledger:
         self._entries.clear()
         self.retained.clear()
 
-    def kind(self, key: Key, block_id: int | None) -> CheckpointKind | None:
+    def kind(self, key: BlockHashWithGroupId, block_id: int | None) -> CheckpointKind | None:
         """The kind a hit served by ``block_id`` under ``key`` is credited to (any holder's
         when the block is not one the ledger knows); None: not attributed."""
         holders = self._entries.get(key)
