@@ -1,8 +1,8 @@
 """boundary: where a chat request's stable history ends.
 
-Where it sits: the front door, above every stage (request -> render -> boundaries -> checkpoints
--> engine | report): it re-exports what users call and get back; users and ``integrations/vllm``
-import it.
+Where it sits: the front door, above every stage (request -> render -> tokenize -> checkpoints ->
+engine | report; ``docs/layout.md`` maps the packages): it re-exports what users call and get
+back; users and ``integrations/vllm`` import it.
 
     fam = boundary.load_family("qwen3_5")
     r = fam.render(messages, tools=None, add_generation_prompt=True, enable_thinking=True)
@@ -10,13 +10,12 @@ import it.
 
 Data flows one way, and imports follow it (``tests/test_imports.py`` fails on any cycle):
 
-    spec, registry (family.toml data)  ->  request (request/: models, validation, limits,
-    identity)  ->  render (template_run: compile and run the instrumented template, with
-    instrumentation, flag_flip, sandbox; marks: read the marks into positions; continuation,
-    template_kwargs)  ->  boundaries (boundaries, tokenizer, encoding: a ``Rendering``, in
-    rendering)  ->  renderer (one pass: ids, U_end, P_end)  ->  session, checkpoints,
-    retention_policy  ->  outputs (codec, reading)  ->  round trip (roundtrip, divergence)
-    ->  horizon  ->  audit / experiment / cache model  ->  cli; integrations/vllm on top.
+    shipped (family.toml data)  ->  request (models, validation, limits, identity)  ->  render
+    (options, target, template_run: the instrumented template run sandboxed; marks: read into
+    positions)  ->  tokenize (vocabularies; encode: ids, U_end, P_end as a ``Rendering``)  ->
+    checkpoints (kinds, retention)  ->  renderer (one pass)  ->  session  ->  outputs  ->
+    verify (round trip, divergence, horizon)  ->  trace  ->  cache / experiment / audit  ->
+    cli; family (registry, facade) on top; integrations/vllm beside.
 
 ``Family`` (``boundary.family.facade``) is a thin facade that wraps a ``Renderer`` and adds sessions
 and the round trip; nothing below it imports it. ``import boundary`` never imports vllm.

@@ -1,6 +1,6 @@
 """What a kept value holds in memory, in bytes, counted the cheap way.
 
-Where it sits: beside the render stage, under ``boundary.session.session`` and
+Where it sits: beside the session stage, under ``boundary.session.session`` and
 ``boundary.session.incremental.store``,
 which count what a session keeps with it (``Session.nbytes``); it imports nothing of the package.
 

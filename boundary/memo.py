@@ -1,9 +1,10 @@
 """A bounded memo shared between threads that builds each key once, however many callers ask
 for it together.
 
-Where it sits: below the tokenize and render stages: ``encoding`` keeps its tiktoken encoders,
-``template_run`` and ``incremental`` their compiled templates and sandbox environments, and
-``session`` its shared id table in one (``once_cache``); it imports nothing of the package.
+Where it sits: below the tokenize and render stages: ``boundary.tokenize.segments`` keeps its
+tiktoken encoders, ``boundary.render.template_run`` and ``boundary.session.incremental.store``
+their compiled templates and sandbox environments, and ``boundary.session.ids`` its shared id
+table in one (``once_cache``); it imports nothing of the package.
 
 ``functools.lru_cache`` is safe to share but not once-only: callers that miss the same key
 together each build it, and a serving frontend's first requests for a template arrive

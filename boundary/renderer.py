@@ -1,8 +1,8 @@
 """The family renderer: one request in, token ids plus U_end / P_end out, in one pass.
 
 Where it sits: the middle of the data flow — request (``request``: validate, normalize) ->
-render (``template_run``: sandboxed, instrumented Jinja; ``marks``; ``continuation``;
-``template_kwargs``) -> boundaries (``boundaries``: ids, U_end, P_end, as a ``Rendering``).
+render (``boundary.render``: sandboxed, instrumented Jinja; marks; continuation; template
+kwargs) -> tokenize (``boundary.tokenize.encode``: ids, U_end, P_end, as a ``Rendering``).
 Everything downstream (sessions, outputs, round trip, horizon, audit, experiment, the vLLM
 plugin) takes a ``Renderer``; the ``Family`` facade (``boundary.family.facade``) adds those features
 on top without them importing it back.

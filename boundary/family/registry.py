@@ -2,7 +2,7 @@
 spec, its verbatim template files and (through ``vocabulary`` / ``stand_in_vocabulary``) the
 tokenizer it renders with.
 
-Where it sits: loading, before the data flow starts — it reads shipped data into a
+Where it sits: the family stage, at the end of the flow — it reads shipped data into a
 ``FamilySpec``, template sources and a ``Tokenizer``; ``boundary.family.facade.load_family`` hands
 them to the ``Family`` facade. Nothing here renders.
 """

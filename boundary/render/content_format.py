@@ -1,6 +1,6 @@
 """The content format vLLM 0.33.0 detects for a chat template: ``"openai"`` or ``"string"``.
 
-Where it sits: the request stage, under ``render_target``: the ``vllm-0.33`` target joins the
+Where it sits: the render stage's entry, under ``boundary.render.target``: the ``vllm-0.33`` target joins the
 text parts of a message for a ``"string"`` template as vLLM does. It parses templates with
 jinja2 only (and the ``{% generation %}`` tag from ``boundary.render.sandbox``); nothing is rendered.
 

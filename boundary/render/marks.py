@@ -1,7 +1,7 @@
 """The marks a render leaves in its text, and reading them back into character positions.
 
 Where it sits: the render stage, after ``boundary.render.template_run`` (whose recorder writes the
-marks while the instrumented template runs) and before boundaries (which encode the
+marks while the instrumented template runs) and before ``boundary.tokenize.encode`` (which encodes the
 ``TextRendering`` read here); it imports only ``offsets`` and the sandbox's ``Deadline``.
 
 A mark is ``OPEN + nonce + ":" + payload + CLOSE`` with a fresh random nonce per render, so

@@ -1,6 +1,6 @@
 """Render targets: whose request handling a render reproduces, named and as data.
 
-Where it sits: the request stage, after validation (``protocol``) and before the render: it
+Where it sits: the render stage's entry, after validation (``boundary.request``): it
 turns a validated request into the message and tool dicts the template reads, the way the
 named target hands them over. The renderer, sessions and CLI only pass a target's name
 through (``resolve_target``); every rule lives here.

@@ -1,6 +1,6 @@
 """Template kwargs: which of a request's ``chat_template_kwargs`` reach the template.
 
-Where it sits: the request stage, just before the render — it checks the kwargs against the
+Where it sits: the render stage's entry, just before the template runs — it checks the kwargs against the
 family's declared ``template_kwargs`` (``boundary.shipped.spec``) and against the variables the
 compiled template reads, and drops the rest as vLLM's ``resolve_chat_template_kwargs`` does.
 """

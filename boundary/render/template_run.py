@@ -1,6 +1,6 @@
 """Run a chat template once, sandboxed and instrumented: the text and its marks.
 
-Where it sits: the render stage, after the request stage and before boundaries: text and char
+Where it sits: the render stage, after the request stage and before ``boundary.tokenize``: text and char
 positions, no tokens; ``boundary.renderer`` calls it. ``boundary.render.instrumentation`` places the
 probes, ``boundary.render.flag_flip`` evaluates each with the generation flag negated, and
 ``boundary.render.marks`` reads the marks the run leaves into positions.

@@ -1,6 +1,6 @@
 """Vocabulary files read only from the shipped bytes, verified by sha256.
 
-Where it sits: below ``encoding`` (tiktoken segments) and ``shipped_vocabularies`` (conversion,
+Where it sits: below ``segments`` (tiktoken segments) and ``shipped_vocabularies`` (conversion,
 the converted-vocabulary cache); it imports only ``errors``.
 
 tiktoken's loader (``tiktoken.load.load_tiktoken_bpe``, which transformers' ``TikTokenConverter``

@@ -1,7 +1,7 @@
 """Encoding text as segments cut at added tokens, and where an encoder may be cut.
 
 Where it sits: below the tokenizer and the render stage: the cut rules and segment encoder that
-``tokenizer``, ``boundaries``, ``renderer`` and ``session`` use; it imports ``offsets`` and
+``tokenizer``, ``encode``, ``boundary.renderer`` and ``boundary.session.ids`` use; it imports ``offsets`` and
 ``rank_files``.
 
 Both ``tokenizers`` and tiktoken first split text at added (control) tokens and encode each

@@ -1,6 +1,7 @@
 """Vocabularies: loading them from anything a user has, and encoding with char offsets.
 
-Where it sits: below the render stage's encoding step (``boundaries``) and beside the registry,
+Where it sits: the tokenize stage's vocabulary, under ``boundary.tokenize.encode`` and
+``boundary.session.ids``, and beside the registry,
 which builds shipped tokenizers with it.
 
 ``Tokenizer`` wraps a ``tokenizers.Tokenizer`` (the same object transformers' fast

@@ -1,6 +1,6 @@
 """The head of the message loop that the last render ran, replayed as one chain.
 
-Where it sits: inside the render stage, under ``boundary.session.incremental.run``: a ``Run`` takes the
+Where it sits: inside the session stage, under ``boundary.session.incremental.run``: a ``Run`` takes the
 chain the store kept from the previous render (``Chain``) before it replays iterations one by
 one, and leaves the chain of its own render behind.
 

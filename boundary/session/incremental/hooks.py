@@ -1,7 +1,7 @@
 """The hooks the rewritten template calls: the filters ``boundary.session.incremental.rewrite`` names,
 each answered by the ``Run`` of the render in progress (``RUN``).
 
-Where it sits: inside the render stage, between the rewritten template
+Where it sits: inside the session stage, between the rewritten template
 (``boundary.session.incremental.plan``) and one render's run (``boundary.session.incremental.run``);
 ``boundary.session.incremental.store`` installs ``FILTERS`` and sets ``RUN`` around each render.
 """

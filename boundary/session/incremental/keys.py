@@ -1,6 +1,6 @@
 """Exact-content keys of the values a message-loop iteration reads, memoized by identity.
 
-Where it sits: inside the render stage, under ``boundary.session.incremental.store``: the per-session store
+Where it sits: inside the session stage, under ``boundary.session.incremental.store``: the per-session store
 holds one ``Keys``; a render's ``incremental_run.Run`` keys the loop's items and every value a
 traced iteration reads with it.
 """

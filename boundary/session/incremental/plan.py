@@ -1,7 +1,7 @@
 """Decide, once per template and from its Jinja AST alone, whether its message loop may be run
 incrementally, and rewrite the instrumented tree so that it can be.
 
-Where it sits: inside the render stage, beside ``instrumentation``: it reads the tree
+Where it sits: inside the session stage, beside ``instrumentation``: it reads the tree
 ``instrumentation.instrument`` produced and adds the hooks ``boundary.session.incremental.run``
 answers (the rewrite itself is ``boundary.session.incremental.rewrite``);
 ``boundary.session.incremental.store``

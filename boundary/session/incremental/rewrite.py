@@ -1,7 +1,7 @@
 """The rewrite behind ``boundary.session.incremental.plan``: it checks the message loop's body (and the
 macros it calls) and routes every read of state from outside the iteration through a hook.
 
-Where it sits: inside the render stage, under ``boundary.session.incremental.plan``, which runs it on
+Where it sits: inside the session stage, under ``boundary.session.incremental.plan``, which runs it on
 the instrumented tree; ``boundary.session.incremental.run`` answers the hooks it names.
 
 A read it cannot route (``messages``, a namespace or ``loop`` used as a whole, ``loop.cycle``,

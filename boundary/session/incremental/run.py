@@ -1,7 +1,7 @@
 """One render's side of an incremental template run: the loop's items and position, the
 trace of the iteration being rendered, and the replay of those that are unchanged.
 
-Where it sits: inside the render stage, under ``boundary.session.incremental.store``, which keeps the
+Where it sits: inside the session stage, under ``boundary.session.incremental.store``, which keeps the
 entries a ``Run`` records; the hooks of the rewritten template (``boundary.session.incremental.hooks``)
 call the ``Run`` of the render in progress.
 

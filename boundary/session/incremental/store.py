@@ -1,7 +1,7 @@
 """Incremental template runs within a session: each message's loop body is rendered once and
 reused while every value it read is unchanged.
 
-Where it sits: inside the render stage, beside ``template_run``: a ``Session`` passes
+Where it sits: inside the session stage, beside ``template_run``: a ``Session`` passes
 ``Incremental.run_template`` to ``Renderer.render_with_encoder`` in place of
 ``template_run.run_template``; ``boundary.session.incremental.plan`` decides per template whether it may.
 
