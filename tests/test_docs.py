@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,82 @@ def test_the_fuzz_counts_the_docs_give_are_the_fuzzers() -> None:
     rendering = " ".join((ROOT / "docs" / "rendering.md").read_text(encoding="utf-8").split())
     assert f"How many run: {slow + fast:,} under `scripts/test`" in rendering
     assert f'{fast:,} under `pytest -m "not slow"`, {slow:,} under `pytest -m slow`' in rendering
+
+
+# What a user page must not carry: the project's bookkeeping. Issue numbers ("issue 12", "#12"),
+# commit hashes of this repository (7-40 hex digits that git resolves to a commit; a sha256 of a
+# template or vocabulary is 64 digits and provenance, so it is spared) and dated runs (an ISO date
+# or a clock time in UTC): a measured figure says which run and machine, not when.
+ISSUE = re.compile(r"\b[Ii]ssues? #?\d+\b|(?<![\w&/])#\d+\b")
+HEX = re.compile(r"(?<![0-9a-fA-F])[0-9a-f]{7,40}(?![0-9a-fA-F])")
+DATED = re.compile(r"\b20\d\d-[01]\d-[0-3]\d\b|\b\d{1,2}:\d\d(?:[–-]\d{1,2}:\d\d)? UTC\b")
+
+
+def is_commit(candidate: str) -> bool:
+    """Whether git resolves ``candidate`` to a commit of this repository (True without git)."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(ROOT), "cat-file", "-e", f"{candidate}^{{commit}}"],
+            capture_output=True,
+            check=False,
+        )
+    except OSError:
+        return True
+    if done.returncode == 128 and b"not a git repository" in done.stderr:
+        return True
+    return done.returncode == 0
+
+
+def bookkeeping(text: str) -> list[str]:
+    """The issue references, commit hashes and dated runs ``text`` mentions."""
+    found = [m.group() for m in ISSUE.finditer(text)]
+    found += [
+        m.group() for m in HEX.finditer(text) if re.search(r"[a-f]", m.group()) and is_commit(m.group())
+    ]
+    return found + [m.group() for m in DATED.finditer(text)]
+
+
+def test_bookkeeping_is_found_where_it_is() -> None:
+    head = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short=9", "HEAD"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    text = (
+        "Fixed in issue 12 (#34), measured 2026-12-04 21:02–21:07 UTC at 10:15 UTC; "
+        f"tree {head}. Template sha256 {'ab' * 32}; 1073741824 bytes; see [below](#render-targets)."
+    )
+    expected = ["issue 12", "#34", "2026-12-04", "21:02–21:07 UTC", "10:15 UTC"]
+    if head:
+        expected.insert(2, head)
+    assert sorted(bookkeeping(text)) == sorted(expected)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_no_page_carries_issue_numbers_commit_hashes_or_dated_runs(page: Path) -> None:
+    assert bookkeeping(page.read_text(encoding="utf-8")) == []
+
+
+def anchors(page: Path) -> set[str]:
+    """The heading anchors GitHub gives ``page``: lower case, punctuation dropped, spaces to '-'."""
+    found = set()
+    for line in page.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_relative_link_and_anchor_resolves(page: Path) -> None:
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.DOTALL)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (page.parent / path).resolve() if path else page
+        if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in anchors(linked)):
+            broken.append(target)
+    assert broken == []
