@@ -28,7 +28,8 @@ import time
 import boundary
 from boundary.audit.runner import AuditSettings, audit_requests
 from boundary.tokenize.segment_cache import SegmentCache
-from boundary.trace.records import sessions, tau_bench_trace
+from boundary.trace.records import sessions
+from boundary.trace.tau_bench import tau_bench_trace
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import boundary.trace.records
+import boundary.trace.reader
 from boundary.cli.main import main
 
 GOOD = [
@@ -338,7 +338,7 @@ def test_a_trace_on_stdin_is_read_and_dev_zero_there_stops_at_the_line_bound(
     assert main([*_quick(command, "-"), "--json", str(tmp_path / "out.json")]) == 0, capsys.readouterr().err
     assert (tmp_path / "out.json").exists()
     capsys.readouterr()
-    monkeypatch.setattr(boundary.trace.records, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(boundary.trace.reader, "MAX_LINE_BYTES", 1 << 20)
     with Path("/dev/zero").open("rb") as zero:
         monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=zero))
         assert main(_quick(command, "-")) == 2
@@ -351,11 +351,11 @@ def test_a_line_or_a_trace_past_its_bound_is_refused_naming_the_line(
 ) -> None:
     monkeypatch.setenv("BOUNDARY_CACHE_DIR", str(tmp_path / "cache"))
     trace = _chat_trace(tmp_path, b'{"session": "s1", "messages": []}' + b" " * 200 + b"\n")
-    monkeypatch.setattr(boundary.trace.records, "MAX_LINE_BYTES", 200)
+    monkeypatch.setattr(boundary.trace.reader, "MAX_LINE_BYTES", 200)
     assert main(_quick(command, trace)) == 2
     _one_line(capsys.readouterr().err, command, f"{trace}:3: ", "longer than 200 bytes")
-    monkeypatch.setattr(boundary.trace.records, "MAX_LINE_BYTES", 1 << 20)
-    monkeypatch.setattr(boundary.trace.records, "MAX_TRACE_BYTES", len(trace.read_bytes()) - 1)
+    monkeypatch.setattr(boundary.trace.reader, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(boundary.trace.reader, "MAX_TRACE_BYTES", len(trace.read_bytes()) - 1)
     assert main(_quick(command, trace)) == 2
     _one_line(capsys.readouterr().err, command, f"{trace}:3: the trace goes on past ", "the bound on a trace")
 

@@ -13,20 +13,19 @@ from types import SimpleNamespace
 
 import pytest
 
-import boundary.trace.records
+import boundary.trace.reader
 from boundary.errors import InputWarning, RequestError
+from boundary.trace.reader import read_trace
 from boundary.trace.records import (
     MessageOutput,
     TextOutput,
     TokenOutput,
     TraceRequest,
-    TraceWriter,
     production_record,
-    read_trace,
     sessions,
-    tau_bench_trace,
-    write_trace,
 )
+from boundary.trace.tau_bench import tau_bench_trace
+from boundary.trace.writer import TraceWriter, write_trace
 
 
 def _write(tmp_path, lines):
@@ -267,15 +266,15 @@ def test_a_bad_line_that_is_not_a_cut_off_last_line_is_an_error(tmp_path, conten
 def test_a_line_or_a_trace_past_its_bound_is_refused_naming_its_line(tmp_path, monkeypatch):
     line = _chat()
     path = _write(tmp_path, [line, line, line])
-    monkeypatch.setattr(boundary.trace.records, "MAX_LINE_BYTES", len(line))
+    monkeypatch.setattr(boundary.trace.reader, "MAX_LINE_BYTES", len(line))
     assert len(read_trace(path)) == 3  # a line exactly at the bound; its newline is not counted
-    monkeypatch.setattr(boundary.trace.records, "MAX_LINE_BYTES", len(line) - 1)
+    monkeypatch.setattr(boundary.trace.reader, "MAX_LINE_BYTES", len(line) - 1)
     with pytest.raises(RequestError, match=rf"t\.jsonl:1: the line is longer than {len(line) - 1} bytes"):
         read_trace(path)
-    monkeypatch.setattr(boundary.trace.records, "MAX_LINE_BYTES", 64 << 20)
-    monkeypatch.setattr(boundary.trace.records, "MAX_TRACE_BYTES", 3 * (len(line) + 1))
+    monkeypatch.setattr(boundary.trace.reader, "MAX_LINE_BYTES", 64 << 20)
+    monkeypatch.setattr(boundary.trace.reader, "MAX_TRACE_BYTES", 3 * (len(line) + 1))
     assert len(read_trace(path)) == 3
-    monkeypatch.setattr(boundary.trace.records, "MAX_TRACE_BYTES", 2 * (len(line) + 1) + 1)
+    monkeypatch.setattr(boundary.trace.reader, "MAX_TRACE_BYTES", 2 * (len(line) + 1) + 1)
     with pytest.raises(
         RequestError, match=r"t\.jsonl:3: the trace goes on past [\d,]+ bytes, the bound on a trace"
     ):
@@ -285,10 +284,10 @@ def test_a_line_or_a_trace_past_its_bound_is_refused_naming_its_line(tmp_path, m
 def test_the_trace_bound_is_the_recorders_cap_so_what_it_records_reads_back():
     recording = pytest.importorskip("boundary_vllm.recording")
     settings = pytest.importorskip("boundary_vllm.settings")
-    assert boundary.trace.records.MAX_LINE_BYTES == 64 << 20
-    assert boundary.trace.records.MAX_TRACE_BYTES == 1 << 30
-    assert recording.RecordLimits().max_bytes == boundary.trace.records.MAX_TRACE_BYTES
-    assert settings.IntegrationSettings().record_max_bytes == boundary.trace.records.MAX_TRACE_BYTES
+    assert boundary.trace.reader.MAX_LINE_BYTES == 64 << 20
+    assert boundary.trace.reader.MAX_TRACE_BYTES == 1 << 30
+    assert recording.RecordLimits().max_bytes == boundary.trace.reader.MAX_TRACE_BYTES
+    assert settings.IntegrationSettings().record_max_bytes == boundary.trace.reader.MAX_TRACE_BYTES
 
 
 def test_what_is_not_a_regular_file_is_refused_before_it_is_read(tmp_path):

@@ -9,7 +9,9 @@ import pytest
 
 from boundary.errors import RequestError
 from boundary.trace.header import RecordedGeometry, RecordingHeader
-from boundary.trace.records import TraceWriter, production_record, read_header, read_recording, read_trace
+from boundary.trace.reader import read_header, read_recording, read_trace
+from boundary.trace.records import production_record
+from boundary.trace.writer import TraceWriter
 
 GEOMETRY = RecordedGeometry(
     block_size=256,

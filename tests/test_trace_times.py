@@ -8,7 +8,9 @@ import json
 import pytest
 
 from boundary.errors import RequestError
-from boundary.trace.records import production_record, read_trace, write_trace
+from boundary.trace.reader import read_trace
+from boundary.trace.records import production_record
+from boundary.trace.writer import write_trace
 
 CHAT = {"session": "s1", "messages": [{"role": "user", "content": "hi"}]}
 RECORD = {"session": "s1", "prompt_token_ids": [1, 2, 3]}

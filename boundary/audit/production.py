@@ -1,7 +1,7 @@
 """Audit a production trace (``boundary.trace.records`` production records) as it was recorded.
 
 Where it sits: the report end, after checkpoints: ``boundary.audit.runner`` calls it for a trace
-of production records, read by ``boundary.trace.records``.
+of production records, read by ``boundary.trace.reader``.
 
 A production record carries the token ids the engine saw, not messages: nothing is rendered,
 parsed or verified. Per turn the checkpoints are the recorded P_end (the prompt length), U_end

@@ -142,7 +142,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _requests(args: argparse.Namespace) -> tuple[list[Any], str]:
     """The trace to audit (a file, or the shipped tau-bench trajectories) and its label."""
-    from boundary.trace.records import STDIN, read_trace, tau_bench_trace, write_trace
+    from boundary.trace.reader import STDIN, read_trace
+    from boundary.trace.tau_bench import tau_bench_trace
+    from boundary.trace.writer import write_trace
 
     if not args.tau_bench:
         return read_trace(args.trace), "stdin" if str(args.trace) == STDIN else str(args.trace)

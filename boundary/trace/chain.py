@@ -1,6 +1,6 @@
 """Sessions for production records no client named: grouped by prefix-chaining of prompt ids.
 
-Where it sits: under ``boundary.trace.records`` (``read_recording`` applies it to every trace it reads,
+Where it sits: under ``boundary.trace.reader`` (``read_recording`` applies it to every trace it reads,
 so ``boundary audit`` and ``boundary experiment`` see the same sessions); it imports only
 ``prefixes``.
 

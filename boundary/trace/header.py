@@ -1,9 +1,9 @@
 """The header of a recording: the engine's geometry and what the recording's lines hold.
 
-Where it sits: under ``boundary.trace.records`` (``read_recording`` reads it from a trace's first line,
-``TraceWriter`` writes it there); the vLLM recorder fills it from the engine's real config
-(``boundary_vllm.recorded_engine``) and ``boundary experiment`` replays at its geometry. It
-imports only pydantic.
+Where it sits: under the trace's reader and writer (``boundary.trace.reader.read_recording``
+reads it from a trace's first line, ``boundary.trace.writer.TraceWriter`` writes it there); the
+vLLM recorder fills it from the engine's real config (``boundary_vllm.recorded_engine``) and
+``boundary experiment`` replays at its geometry. It imports only pydantic.
 
 A header is the first line of a trace, one JSON object with the single key ``recording``::
 

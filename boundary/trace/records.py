@@ -1,9 +1,11 @@
-"""Multi-turn traces: one JSONL format for ``boundary audit`` and ``boundary experiment``.
+"""The trace's line format: a chat request or a production record per line, and its validation.
 
-Where it sits: input and output of the report end: ``boundary.audit`` and
-``boundary.experiment.workloads`` read it, ``boundary_vllm.recording`` (engine) writes it; it
-imports the request stage (``boundary.request``: chat requests are validated as a render's
-are), ``trace_times``, ``datasets`` and ``errors``.
+Where it sits: the format of the report end's one JSONL trace (``boundary audit`` and ``boundary
+experiment`` read it): ``boundary.trace.reader`` parses each line here (``parse_line``,
+``parse_header``), ``boundary.trace.writer`` and ``boundary_vllm.recording`` (engine) write the
+``TraceRequest`` it defines, ``boundary.audit`` and ``boundary.experiment.workloads`` read its
+fields; it imports the request stage (``boundary.request``: chat requests are validated as a
+render's are), ``boundary.trace.header`` and ``errors``.
 
 One request per line, a session's requests in order. A line is either an OpenAI chat request
 plus, optionally, what the model generated for it::
@@ -12,8 +14,8 @@ plus, optionally, what the model generated for it::
      "output": {"text": "..."} | {"token_ids": [...]} | {"message": {...}}}
 
 or a *production record*: what a serving deployment saw, token ids as the engine had them
-(``TraceWriter`` / ``production_record`` write it; the vLLM plugin and its frontend record
-finished requests so, ``boundary_vllm.recording``)::
+(``production_record`` builds it, ``boundary.trace.writer.TraceWriter`` writes it; the vLLM
+plugin and its frontend record finished requests so, ``boundary_vllm.recording``)::
 
     {"session": "s1", "prompt_token_ids": [...], "output": {"token_ids": [...]},
      "u_end": 812, "p_end": 830, "d_end": 871, "served_by": "input_end", "hit_tokens": 800,
@@ -30,8 +32,8 @@ A production record whose session no client named carries ``"session_from": "req
 (its session is the request's id): the reader groups such records into sessions by
 prefix-chaining of their prompt ids (``boundary.trace.chain``). A trace may start with a header
 line, ``{"recording": {...}}`` (``boundary.trace.header``): what the records hold and the
-geometry of the engine that recorded them; ``read_recording`` returns it, ``read_trace`` skips
-it, and it is refused on any other line.
+geometry of the engine that recorded them; ``parse_header`` reads it, and ``parse_line``
+refuses it (it belongs on the first line only).
 ``arrival_s`` (optional, either kind) is when the request arrived, in seconds on one clock (the
 vLLM recorder writes Unix time), checked by ``boundary.trace.times``. ``served_by`` is the
 checkpoint kind that served the request's hit (``prompt_end``, ``input_end``, ``decode_end``,
@@ -43,38 +45,19 @@ tokens: vLLM without ``--enable-prompt-tokens-details``; never a miss, and then 
 engine's checkpoint policy, both as recorded.
 
 Every error names the file and line, and the session when the line has one:
-``trace.jsonl:12 (session 's1'): output: ...``. The reader refuses what no later stage may
-meet, so that ``boundary audit`` and ``boundary experiment`` refuse the same lines with the same
-message: bytes that are not UTF-8, JSON nested too deeply to parse, token ids outside
-``[0, 2**32)`` (as ints, not floats or strings), and chat requests whose ``messages`` /
-``tools`` / ``output.message`` fail boundary's request validation (``boundary.request``:
-shapes, nesting, lone surrogates).
-
-The reader holds one line of text at a time (peak memory follows the parsed requests, not the
-file). It reads a regular file or, for ``-``, stdin; anything else (a directory, a device, a
-FIFO) is refused before it is opened. A line longer than ``MAX_LINE_BYTES`` (64 MiB) and a
-trace past ``MAX_TRACE_BYTES`` (1 GiB, the vLLM recorder's cap) are refused at that line. A last
-line with no newline that is not JSON as it stands is what a writer has not finished (a
-recording read while it is written): it is skipped with an ``InputWarning`` naming it. Any
-other bad line is an error.
-
-``tau_bench_trace`` turns the shipped tau-bench airline trajectories into such a trace, with
-optional seeded synthetic reasoning (the data carries no model reasoning).
+``trace.jsonl:12 (session 's1'): output: ...``. A line is refused here when no later stage may
+meet it, so that ``boundary audit`` and ``boundary experiment`` refuse the same lines with the
+same message: JSON nested too deeply to parse, token ids outside ``[0, 2**32)`` (as ints, not
+floats or strings), and chat requests whose ``messages`` / ``tools`` / ``output.message`` fail
+boundary's request validation (``boundary.request``: shapes, nesting, lone surrogates); bytes
+that are not UTF-8 are the reader's to refuse.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
-import random
-import stat
-import sys
-import warnings
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Annotated, Any, BinaryIO, Literal
+from collections.abc import Iterable, Sequence
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -88,26 +71,13 @@ from pydantic import (
     model_validator,
 )
 
-from boundary.errors import InputWarning, RequestError
+from boundary.errors import RequestError
 from boundary.request.limits import check_message_limits
 from boundary.request.validation import parse_messages, parse_tools
-from boundary.trace.chain import chained_sessions
 from boundary.trace.header import HEADER_KEY, RecordingHeader
-from boundary.trace.times import check_arrivals
 
 TokenId = Annotated[int, Field(ge=0, lt=2**32, strict=True)]
 """A token id as engines store them (an unsigned 32-bit int)."""
-
-STDIN = "-"
-"""The trace path that reads standard input."""
-
-MAX_LINE_BYTES = 64 << 20
-"""The longest line of a trace, in bytes, its newline not counted: room for a production record of
-some ten million token ids. Read when a trace is read, so a test may lower it."""
-
-MAX_TRACE_BYTES = 1 << 30
-"""The largest trace read, in bytes: the vLLM recorder's own cap on what it writes
-(``boundary_vllm.recording.RecordLimits.max_bytes``), so every trace it writes reads back."""
 
 
 class _Model(BaseModel):
@@ -320,86 +290,6 @@ def parse_line(line: str, where: str) -> TraceRequest:
     return request
 
 
-def _decoded(line: bytes, where: str) -> str:
-    try:
-        return line.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        byte = line[exc.start]
-        raise RequestError(f"not UTF-8 (byte 0x{byte:02x} at byte {exc.start + 1})", location=where) from None
-
-
-_NOT_REGULAR = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
-
-@contextmanager
-def open_trace(path: str | Path) -> Iterator[BinaryIO]:
-    """The trace's bytes: stdin for ``-`` (left open), else a regular file, checked before it is
-    opened (opening a FIFO blocks, a device may never end); ``RequestError`` naming ``path``."""
-    if str(path) == STDIN:
-        yield sys.stdin.buffer
-        return
-    try:
-        mode = os.stat(path).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _NOT_REGULAR if test(mode)), "not a file")
-            raise RequestError(
-                f"not a regular file ({kind}); give a trace file, or - for stdin", location=str(path)
-            )
-        with Path(path).open("rb") as file:
-            yield file
-    except OSError as exc:  # opening or reading it
-        raise RequestError(f"cannot read the trace ({exc.strerror})", location=str(path)) from None
-
-
-def _size(n: int) -> str:
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n:,} bytes"
-
-
-def _lines(file: BinaryIO, name: str) -> Iterator[tuple[str, bytes]]:
-    """``(name:line, bytes)`` for each line of ``file``, its newline kept (only the last line
-    can lack one), one line in memory at a time; ``RequestError`` at the first line longer
-    than ``MAX_LINE_BYTES`` or the first that takes the trace past ``MAX_TRACE_BYTES``."""
-    line_bound, trace_bound = MAX_LINE_BYTES, MAX_TRACE_BYTES
-    total = 0
-    for n in itertools.count(1):
-        raw = file.readline(line_bound + 1)  # one byte more than the bound: the newline
-        if not raw:
-            return
-        where = f"{name}:{n}"
-        if len(raw) - raw.endswith(b"\n") > line_bound:
-            raise RequestError(
-                f"the line is longer than {_size(line_bound)}, the bound on one line", location=where
-            )
-        total += len(raw)
-        if total > trace_bound:
-            raise RequestError(
-                f"the trace goes on past {_size(trace_bound)}, the bound on a trace", location=where
-            )
-        yield where, raw
-
-
-def _cut_off(raw: bytes) -> bool:
-    """A last line its writer has not finished: no newline, and not UTF-8 or not JSON as it stands."""
-    if raw.endswith(b"\n"):
-        return False
-    try:
-        json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return True
-    except RecursionError:
-        return False
-    return False
-
-
 class _HeaderLine(_Model):
     """A header line: the one key ``recording``."""
 
@@ -421,237 +311,9 @@ def parse_header(line: str, where: str) -> RecordingHeader | None:
         raise _error(where, exc) from None
 
 
-def read_header(path: str | Path) -> RecordingHeader | None:
-    """The header on a trace file's first non-blank line (None: none; stdin is never read here,
-    so a header arriving on stdin is only skipped by ``read_trace``)."""
-    if str(path) == STDIN:
-        return None
-    with open_trace(path) as file:
-        for where, raw in _lines(file, str(path)):
-            try:
-                line = _decoded(raw, where)
-                if not line.strip():
-                    continue  # blank lines are skipped, as ``read_recording`` skips them
-                return parse_header(line, where)
-            except RequestError:
-                if _cut_off(raw):
-                    return None
-                raise
-    return None
-
-
-def read_trace(path: str | Path) -> list[TraceRequest]:
-    """All requests of a JSONL trace (``-``: stdin), its header skipped (``read_recording``)."""
-    return read_recording(path)[1]
-
-
-def read_recording(path: str | Path) -> tuple[RecordingHeader | None, list[TraceRequest]]:
-    """The header and all requests of a JSONL trace (``-``: stdin), read line by line, blank
-    lines skipped; lines end at ``\n`` (and ``\r\n``) only, so a JSON string may hold U+2028
-    and the like. Unnamed production records take the session their prompt chains to
-    (``boundary.trace.chain``). A cut-off last line is skipped with an ``InputWarning``; see the
-    module docstring for what is refused."""
-    name = "<stdin>" if str(path) == STDIN else str(path)
-    requests = []
-    header: RecordingHeader | None = None
-    first = True
-    with open_trace(path) as file:
-        for where, raw in _lines(file, name):
-            try:
-                line = _decoded(raw, where)
-                if not line.strip():
-                    continue
-                if first:
-                    first = False
-                    header = parse_header(line, where)
-                    if header is not None:
-                        continue
-                requests.append(parse_line(line, where))
-            except RequestError:
-                if not _cut_off(raw):
-                    raise
-                warnings.warn(
-                    f"{where}: the last line is cut off (a recording still being written?); skipped",
-                    InputWarning,
-                    stacklevel=2,
-                )
-    if not requests:
-        raise RequestError("the trace has no requests", location=name)
-    requests = _chained(requests)
-    check_arrivals(requests)
-    return header, requests
-
-
-def _chained(requests: list[TraceRequest]) -> list[TraceRequest]:
-    """``requests`` with each unnamed production record in the session it chains to."""
-    names = chained_sessions(requests)
-    out = []
-    for request, name in zip(requests, names, strict=True):
-        if name != request.session:
-            where = request.where
-            request = request.model_copy(update={"session": name})
-            request._where = where
-        out.append(request)
-    return out
-
-
-def write_trace(path: str | Path, requests: Iterable[TraceRequest]) -> None:
-    with Path(path).open("w", encoding="utf-8") as f:
-        for request in requests:
-            f.write(request.model_dump_json(exclude_none=True) + "\n")
-
-
-class TraceWriter:
-    """Appends records to a JSONL trace, at most ``max_records`` of them and, with
-    ``max_bytes``, at most that many bytes (later ones are counted in ``dropped``, not
-    written); lines are buffered and flushed every ``flush_every`` records, on ``flush`` and on
-    ``close``. With ``header``, an empty file starts with it (its bytes count), and a file that
-    already holds records is appended to only under an equal header (``ValueError`` otherwise:
-    one file, one engine). Not thread-safe: a recorder that writes from another thread hands
-    records to one writer through a queue. Usable as a context manager."""
-
-    def __init__(
-        self,
-        path: str | Path,
-        *,
-        max_records: int = 100_000,
-        flush_every: int = 64,
-        max_bytes: int | None = None,
-        header: RecordingHeader | None = None,
-    ) -> None:
-        self.path = Path(path)
-        self.max_records = max_records
-        self.max_bytes = max_bytes
-        self.flush_every = max(1, flush_every)
-        self.written = 0
-        self.bytes = 0
-        self.dropped = 0
-        if header is not None and self.path.is_file() and self.path.stat().st_size:
-            found = read_header(self.path)
-            if found != header:
-                said = "no header" if found is None else f"the header of another engine ({found.line()})"
-                raise ValueError(f"{self.path}: holds a recording with {said}; record to a new file")
-            header = None  # already there
-        self._file = self.path.open("a", encoding="utf-8")
-        if header is not None:
-            line = header.line() + "\n"
-            self._file.write(line)
-            self._file.flush()
-            self.bytes += len(line.encode("utf-8"))
-
-    def write(self, record: TraceRequest) -> bool:
-        """Append ``record``; False when a bound is reached and it was dropped."""
-        if self.written >= self.max_records:
-            self.dropped += 1
-            return False
-        line = record.model_dump_json(exclude_none=True) + "\n"
-        size = len(line.encode("utf-8"))
-        if self.max_bytes is not None and self.bytes + size > self.max_bytes:
-            self.dropped += 1
-            return False
-        self._file.write(line)
-        self.written += 1
-        self.bytes += size
-        if self.written % self.flush_every == 0:
-            self._file.flush()
-        return True
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        if not self._file.closed:
-            self._file.close()
-
-    def __enter__(self) -> TraceWriter:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
 def sessions(requests: Iterable[TraceRequest]) -> dict[str, list[TraceRequest]]:
     """Requests grouped by session, each session in trace order."""
     out: dict[str, list[TraceRequest]] = {}
     for request in requests:
         out.setdefault(request.session, []).append(request)
-    return out
-
-
-# -- tau-bench -------------------------------------------------------------------------------
-
-Reasoning = Literal["none", "seeded"]
-
-_OPENERS = (
-    "The user {want}.",
-    "Let me look at what the user {want}.",
-    "The customer {want}.",
-    "So the user {want}.",
-)
-_WANTS = (
-    "wants help with a reservation",
-    "is asking about a flight",
-    "needs a change to a booking",
-    "wants to know the options",
-    "has given me new details",
-)
-_STEPS = (
-    "I should check the policy before acting.",
-    "I need the user's details first.",
-    "The policy says I must confirm before any update.",
-    "I should not make up information.",
-    "Let me verify the reservation and the payment methods.",
-    "Only one tool call at a time.",
-    "I need to list the details and get an explicit yes.",
-    "Compare the fare and the cabin class.",
-)
-
-
-def seeded_reasoning(rng: random.Random, message: dict[str, Any]) -> str:
-    """Synthetic reasoning for one assistant turn (not model text): a few policy-style
-    sentences, then what the turn does next. Deterministic for a seeded ``rng``."""
-    sentences = [rng.choice(_OPENERS).format(want=rng.choice(_WANTS))]
-    sentences += rng.sample(_STEPS, k=rng.randint(1, 4))
-    calls = message.get("tool_calls") or []
-    if calls:
-        sentences.append(f"I will call {calls[0]['function']['name']} now.")
-    else:
-        sentences.append("I will answer the user directly.")
-    return " ".join(sentences)
-
-
-def tau_bench_trace(
-    *,
-    reasoning: Reasoning = "none",
-    echo_reasoning: bool = False,
-    seed: int = 0,
-    trajectories: int | None = None,
-) -> list[TraceRequest]:
-    """The tau-bench airline trajectories as a trace: one request per assistant turn (the
-    conversation before it), its output the assistant message that follows.
-
-    ``reasoning="seeded"`` gives every assistant turn synthetic reasoning (``seeded_reasoning``);
-    ``echo_reasoning`` makes later requests send it back as ``reasoning_content`` (by default
-    they do not, as OpenAI-style clients do not).
-    """
-    from boundary.shipped.datasets import _tau_bench_airline
-
-    out: list[TraceRequest] = []
-    for record in _tau_bench_airline()[:trajectories]:
-        session = f"tau-airline-{record['task_id']}-{record['trial']}"
-        rng = random.Random(f"{seed}:{session}")
-        history: list[dict[str, Any]] = []
-        for message in record["traj"]:
-            if message["role"] == "assistant":
-                produced = dict(message)
-                if reasoning == "seeded":
-                    produced["reasoning_content"] = seeded_reasoning(rng, message)
-                out.append(
-                    TraceRequest(
-                        session=session, messages=list(history), output=MessageOutput(message=produced)
-                    )
-                )
-                history.append(produced if echo_reasoning else message)
-            else:
-                history.append(message)
     return out

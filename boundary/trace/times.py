@@ -1,6 +1,6 @@
 """Arrival times in a trace (``arrival_s``): on every line or none, never decreasing in a session.
 
-Where it sits: under ``boundary.trace.records`` (``read_trace`` calls ``check_arrivals`` on every trace
+Where it sits: under ``boundary.trace.reader`` (``read_trace`` calls ``check_arrivals`` on every trace
 it reads, so ``boundary audit`` and ``boundary experiment`` refuse the same lines); it imports
 only ``errors``.
 

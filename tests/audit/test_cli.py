@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from boundary.cli.main import main
-from boundary.trace.records import tau_bench_trace, write_trace
+from boundary.trace.tau_bench import tau_bench_trace
+from boundary.trace.writer import write_trace
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

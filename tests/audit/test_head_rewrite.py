@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from boundary.audit.runner import audit_requests
-from boundary.trace.records import TraceRequest, sessions, tau_bench_trace
+from boundary.trace.records import TraceRequest, sessions
+from boundary.trace.tau_bench import tau_bench_trace
 from boundary.verify.divergence import head_change
 from boundary.verify.roundtrip import Cause
 from tests.support import family, reference_request, reference_tokenizer

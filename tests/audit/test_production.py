@@ -11,7 +11,9 @@ from boundary.audit.production import stop_ids
 from boundary.audit.runner import AuditSettings, audit_requests
 from boundary.cli.main import main
 from boundary.errors import RequestError
-from boundary.trace.records import TraceRequest, TraceWriter, production_record, read_trace
+from boundary.trace.reader import read_trace
+from boundary.trace.records import TraceRequest, production_record
+from boundary.trace.writer import TraceWriter
 from tests.support import family
 
 

@@ -12,7 +12,8 @@ from boundary.audit.runner import AuditSettings, audit_requests
 from boundary.audit.whatif import candidates, run_what_if, trace_habits, with_turns_as_written
 from boundary.errors import RequestError
 from boundary.outputs import format_output
-from boundary.trace.records import TextOutput, TokenOutput, TraceRequest, sessions, tau_bench_trace
+from boundary.trace.records import TextOutput, TokenOutput, TraceRequest, sessions
+from boundary.trace.tau_bench import tau_bench_trace
 from boundary.verify.roundtrip import ClientHabits
 from tests.support import family
 

@@ -11,7 +11,7 @@ import json
 import pytest
 
 from boundary.cli.main import main as boundary_main
-from boundary.trace.records import read_trace
+from boundary.trace.reader import read_trace
 from tests.engine.support import UNIT, engine_shape, requests, turns
 from tests.support import family
 

@@ -11,7 +11,8 @@ import pytest
 from boundary.cli.main import main
 from boundary.experiment.harness import GIB
 from boundary.trace.header import RecordedGeometry, RecordingHeader
-from boundary.trace.records import TraceWriter, production_record
+from boundary.trace.records import production_record
+from boundary.trace.writer import TraceWriter
 
 GEOMETRY = RecordedGeometry(
     block_size=256,

@@ -9,7 +9,7 @@ import pytest
 
 from boundary.experiment.workloads import WorkloadOptions, build_stream
 from boundary.experiment.workloads.mooncake import MooncakeError, convert, convert_file
-from boundary.trace.records import read_trace
+from boundary.trace.reader import read_trace
 from tests.experiment.test_recorded_arrivals import COST
 
 LINES = [

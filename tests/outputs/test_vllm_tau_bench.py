@@ -23,7 +23,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI i
 
 from boundary.outputs import format_output, parse_output
 from boundary.shipped.datasets import tau_bench_airline_tools
-from boundary.trace.records import MessageOutput, tau_bench_trace
+from boundary.trace.records import MessageOutput
+from boundary.trace.tau_bench import tau_bench_trace
 from tests.outputs.oracle import vllm_read
 from tests.support import family
 

@@ -116,7 +116,7 @@ def test_a_recorded_request_carries_its_session_and_the_frontend_can_record_the_
     from boundary_vllm.hints import SESSION_KEY
     from boundary_vllm.recording import TraceRecorder
 
-    from boundary.trace.records import read_trace
+    from boundary.trace.reader import read_trace
 
     assert SESSION_KEY not in request().body["vllm_xargs"]  # recording is opt-in
     assert "return_token_ids" not in request().body
@@ -166,7 +166,7 @@ def test_replies_recorded_without_a_session_are_grouped_by_their_prompts(tmp_pat
     from boundary_vllm.client import finished_from_reply
     from boundary_vllm.recording import TraceRecorder
 
-    from boundary.trace.records import read_trace
+    from boundary.trace.reader import read_trace
 
     conversation = tau_bench_airline()[11]
     users = [k for k, m in enumerate(conversation) if m["role"] == "user"]

@@ -16,7 +16,8 @@ from vllm.v1.kv_cache_interface import MambaSpec
 
 from boundary.checkpoints.retention import Variant
 from boundary.cli.main import main as boundary_main
-from boundary.trace.records import TraceWriter, read_header, read_trace
+from boundary.trace.reader import read_header, read_trace
+from boundary.trace.writer import TraceWriter
 from tests.vllm.streams import turns
 
 pytestmark = pytest.mark.vllm

@@ -22,7 +22,8 @@ from boundary.audit.runner import AuditSettings, audit_requests
 from boundary.checkpoints.retention import Variant, capped_d_end
 from boundary.cli.main import main as boundary_main
 from boundary.prefixes import common_prefix_length
-from boundary.trace.records import TraceRequest, read_trace, sessions
+from boundary.trace.reader import read_trace
+from boundary.trace.records import TraceRequest, sessions
 from tests.support import family
 from tests.vllm.streams import turns
 

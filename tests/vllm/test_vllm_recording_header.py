@@ -11,7 +11,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI i
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest
 
 from boundary.checkpoints.retention import Variant
-from boundary.trace.records import read_recording, sessions
+from boundary.trace.reader import read_recording
+from boundary.trace.records import sessions
 from tests.vllm.streams import turns
 
 pytestmark = pytest.mark.vllm

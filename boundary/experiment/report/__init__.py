@@ -2,7 +2,7 @@
 plots. Everything printed comes from an ``ExperimentResult``; nothing is recomputed here.
 
 Where it sits: the report end, last in the flow: it prints an ``ExperimentResult`` from
-``boundary.experiment.harness``; ``boundary.cli.experiment`` calls it.
+``boundary.experiment.harness``; ``boundary.cli.experiment_output`` calls it.
 
 ``fmt`` formats numbers ("–" for undefined), ``header`` states the stream and every modelling
 assumption, ``tables`` and ``questions`` (with ``answers``) write the sections, ``plots`` the

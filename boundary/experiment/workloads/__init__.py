@@ -41,7 +41,8 @@ from boundary.experiment.workloads.script import (
 )
 from boundary.experiment.workloads.trace import render_trace
 from boundary.shipped.resources import cache_dir
-from boundary.trace.records import STDIN, TraceRequest, open_trace, read_trace
+from boundary.trace.reader import STDIN, open_trace, read_trace
+from boundary.trace.records import TraceRequest
 
 SHIPPED = ("tau_bench", "mt_bench", "bfcl", "synthetic")
 

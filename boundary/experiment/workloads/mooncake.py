@@ -2,7 +2,7 @@
 
 Where it sits: in the experiment's workloads, beside ``trace``: it reads a Mooncake JSONL trace
 and writes production records (``boundary.trace.records``) that ``boundary experiment`` replays with
-their real arrival times; it imports only ``boundary.trace.records``.
+their real arrival times; it imports only ``boundary.trace.records`` and ``boundary.trace.writer``.
 
 A Mooncake line is ``{"timestamp": ms since the first request, "input_length": tokens,
 "output_length": tokens, "hash_ids": [one id per block of 512 prompt tokens]}``: equal ids
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from boundary.trace.records import TraceRequest, production_record, write_trace
+from boundary.trace.records import TraceRequest, production_record
+from boundary.trace.writer import write_trace
 
 BLOCK_TOKENS = 512  # the Mooncake traces' block size
 VOCABULARY = (1000, 150_000)  # drawn token ids (clear of the low control ids)

@@ -2,7 +2,7 @@
 
 Where it sits: the engine end, beside ``recording``: the scheduler builds the header with
 ``recording_header`` from itself and hands it to ``recording.recorder_from``; ``boundary
-experiment`` reads it back (``boundary.trace.records.read_header``) and replays at that geometry. It
+experiment`` reads it back (``boundary.trace.reader.read_header``) and replays at that geometry. It
 reads the scheduler's ``kv_cache_config`` and ``cache_config`` (vLLM's
 ``kv_cache_interface.MambaSpec`` tells a recurrent group from an attention one).
 

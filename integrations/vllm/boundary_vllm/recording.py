@@ -18,7 +18,7 @@ the request), the joint hit at admission
 policy. ``RecorderStats.unknown_hits`` counts the records written with an unknown hit.
 Records are written as requests finish, so a session whose requests overlap in time can be
 written out of arrival order, which the reader refuses. ``boundary.trace.records.production_record``
-builds it and ``boundary.trace.records.TraceWriter`` writes it.
+builds it and ``boundary.trace.writer.TraceWriter`` writes it.
 
 With a ``header`` (``boundary.trace.header.RecordingHeader``: the engine's geometry and what the
 records hold, ``boundary_vllm.recorded_engine.recording_header`` reads it from the engine's
@@ -52,7 +52,9 @@ from pathlib import Path
 
 from boundary.trace.chain import REQUEST_ID
 from boundary.trace.header import RecordingHeader
-from boundary.trace.records import MAX_TRACE_BYTES, UNKNOWN_HIT, TraceRequest, TraceWriter, production_record
+from boundary.trace.reader import MAX_TRACE_BYTES
+from boundary.trace.records import UNKNOWN_HIT, TraceRequest, production_record
+from boundary.trace.writer import TraceWriter
 
 RECORD_ENV = "BOUNDARY_RECORD_PATH"
 MISS = "miss"  # no hit: recorded as ``served_by: null``
@@ -93,7 +95,7 @@ Submitted = FinishedRequest | Callable[[], FinishedRequest]  # what ``TraceRecor
 
 
 def trace_record(finished: FinishedRequest) -> TraceRequest:
-    """The production record of ``finished`` (validated as ``boundary.trace.records`` reads it)."""
+    """The production record of ``finished`` (validated as ``boundary.trace.reader`` reads it)."""
     return production_record(
         finished.session,
         finished.prompt_token_ids,

@@ -4,7 +4,7 @@
         --additional-config '{"boundary": {"policy": "both"}}'
 
 Where it sits: the engine end, configuration: ``scheduler`` and ``engine_checks`` read it; it
-imports only ``boundary.checkpoints.retention`` (the variant names) and ``boundary.trace.records``
+imports only ``boundary.checkpoints.retention`` (the variant names) and ``boundary.trace.reader``
 (its size bound).
 
 Policies are the variants of ``boundary.checkpoints.retention`` (the same decision the experiment's
@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from boundary.checkpoints.retention import Variant
-from boundary.trace.records import MAX_TRACE_BYTES
+from boundary.trace.reader import MAX_TRACE_BYTES
 
 SETTINGS_KEY = "boundary"
 
