@@ -21,7 +21,7 @@ engine runs every variant (the policy chosen per request, the prefix cache reset
 passes) and a pass with prefix caching off (``skip_reading_prefix_cache``). Per request the
 report holds the hit vLLM served, the hit the cache model predicts (``boundary_vllm.prediction``),
 what served it, time to first token, and how its greedy output and top-1 logprobs compare with
-the cache-off pass (``engine_run.compare_outputs``, within ``--tolerance``). Exit status 0 when
+the cache-off pass (``output_comparison.compare_outputs``, within ``--tolerance``). Exit status 0 when
 every request of every variant agrees with computing from scratch and some request reused a
 state; 1 when one disagrees; 2 when the pass did not run, failed, or reused nothing. Hits that
 differ from the prediction are reported, not part of the status.
@@ -349,6 +349,7 @@ def _vllm_model(
     from boundary_vllm.compat import ASYNC_SCHEDULING
     from boundary_vllm.engine_run import EngineRun, EngineShape
     from boundary_vllm.prediction import ModelShape, observed, predicted_hits
+    from boundary_vllm.step_log import StepLogging
     from boundary_vllm.tiny_models import CONFIGS, model_dir
 
     from boundary.checkpoints.retention import Variant
@@ -370,7 +371,7 @@ def _vllm_model(
         facts = {
             "model": str(directory),
             "scheduler": next(  # past the step-logging wrapper
-                c.__name__ for c in type(scheduler).__mro__ if c.__module__ != EngineRun.__module__
+                c.__name__ for c in type(scheduler).__mro__ if not issubclass(c, StepLogging)
             ),
             "block_size": block,
             "exported_checkpoints": bool(getattr(scheduler, "mamba_has_prefill_checkpoint_blocks", False)),

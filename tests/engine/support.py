@@ -91,7 +91,7 @@ def disagreements(
     reused: Sequence[Sequence[Any]], reference: Sequence[Sequence[Any]], tolerance: float
 ) -> list[str]:
     """Each request whose output with reused state disagrees with the from-scratch one, named."""
-    from boundary_vllm.engine_run import compare_outputs
+    from boundary_vllm.output_comparison import compare_outputs
 
     bad = []
     for s, (row_a, row_b) in enumerate(zip(reused, reference, strict=True)):
@@ -110,7 +110,7 @@ class Runs:
     and once per variant (the prefix cache reset before each), ``in_flight`` sessions at a time.
 
     Outputs are compared within the tolerance this engine's own noise sets
-    (``engine_run.tolerance_for``): the from-scratch pass is run a second time, one session at a
+    (``output_comparison.tolerance_for``): the from-scratch pass is run a second time, one session at a
     time, and its difference from the batched pass is the noise."""
 
     def __init__(self, engine: Any, in_flight: int, chosen: Sequence[Sequence[Any]] | None = None) -> None:
@@ -131,9 +131,9 @@ class Runs:
 
     def tolerance(self) -> float:
         """The logprob tolerance for this engine: twice the from-scratch passes' difference
-        alone and batched, at least ``engine_run.TOLERANCE_FLOOR``."""
+        alone and batched, at least ``output_comparison.TOLERANCE_FLOOR``."""
         if self._tolerance is None:
-            from boundary_vllm.engine_run import batch_noise, tolerance_for
+            from boundary_vllm.output_comparison import batch_noise, tolerance_for
 
             reference = self.reference()
             alone = self.engine.run_sessions(self.sessions, concurrency=1, skip_cache=True)

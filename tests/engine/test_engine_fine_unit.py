@@ -114,7 +114,7 @@ def test_d_end_serves_a_tool_loop_continuation_whose_output_round_trips(engine, 
     assert by_variant[Variant.DECODE_END][1].logged.kind == "decode_end"
     assert by_variant[Variant.MAIN_SPARSE][1].num_cached_tokens <= (p_end - 1) // UNIT * UNIT < decode_state
     reference = engine.run_sessions([session], skip_cache=True)[0]
-    from boundary_vllm.engine_run import tolerance_for
+    from boundary_vllm.output_comparison import tolerance_for
 
     tolerance = max(runs.tolerance(), tolerance_for(decode_noise(engine, session[0])))
     assert not disagreements([by_variant[Variant.DECODE_END][1:]], [reference[1:]], tolerance)

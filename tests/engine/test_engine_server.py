@@ -31,7 +31,8 @@ import pytest
 from boundary.checkpoints.retention import Variant
 from boundary.cli.main import main as boundary_main
 from boundary.shipped.datasets import tau_bench_airline
-from boundary.trace.records import TraceWriter, read_recording
+from boundary.trace.reader import read_recording
+from boundary.trace.writer import TraceWriter
 from tests.engine.server import Samples, Server, documented_flags, total
 from tests.support import family
 
@@ -325,7 +326,8 @@ def test_every_served_hit_equals_the_cache_models_prediction(server, served):
 
 
 def test_outputs_equal_a_from_scratch_pass(served):
-    from boundary_vllm.engine_run import EngineOutcome, compare_outputs, tolerance_for
+    from boundary_vllm.engine_run import EngineOutcome
+    from boundary_vllm.output_comparison import compare_outputs, tolerance_for
 
     def outcome(e: Exchange) -> EngineOutcome:
         return EngineOutcome("", e.cached or 0, e.output_token_ids, e.logprobs, e.margins, 0.0, None)

@@ -1,4 +1,4 @@
-"""``engine_run.ForcedTokens`` through Model Runner V2's logits-processor interface (the only
+"""``forced_tokens.ForcedTokens`` through Model Runner V2's logits-processor interface (the only
 runner of vLLM 0.34.0, the default of 0.33.0), driven with vLLM's own ``LogitsContext`` on CPU
 tensors: a forced request writes exactly its tokens (also after a preemption resumes it), then
 samples freely; other rows and a recycled slot are untouched. The engine tier runs the V1
@@ -20,7 +20,8 @@ def _v2():
     if DIFF.logits_processor != "v2":
         pytest.skip("the CPU build runs V1 logits processors (the engine tier covers them)")
     import torch
-    from boundary_vllm.engine_run import EngineRequest, ForcedTokens
+    from boundary_vllm.engine_run import EngineRequest
+    from boundary_vllm.forced_tokens import ForcedTokens
     from vllm.v1.worker.gpu.sample.logits_processor import LogitsContext, LogitsProcessor
 
     assert issubclass(ForcedTokens, LogitsProcessor)

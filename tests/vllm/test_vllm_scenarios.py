@@ -31,7 +31,8 @@ def test_tool_loop_turns_followed_by_a_request_write_their_own_tokens_and_others
 
 
 def _outcome(cached: int, prompt: int, ttft: float, tokens=(1, 2), logprobs=(-0.5, -0.7)):
-    from boundary_vllm.engine_run import EngineOutcome, LoggedRequest
+    from boundary_vllm.engine_run import EngineOutcome
+    from boundary_vllm.step_log import LoggedRequest
 
     logged = LoggedRequest(cached, "n/a", 1, prompt, prefill_chunks=[prompt - cached])
     return EngineOutcome("r", cached, tuple(tokens), tuple(logprobs), (1.0, 1.0), ttft, logged)

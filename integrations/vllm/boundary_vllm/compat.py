@@ -2,8 +2,8 @@
 """What differs between the supported vLLM builds, for this integration; nowhere else knows.
 
 Where it sits: at the bottom of the engine end, above ``pin``: ``cache_blocks``, ``retention``,
-``replay``, ``worker_states``, ``engine_run`` and ``integrations/vllm/gpu_check.py`` ask it what
-differs between the supported builds (``DIFFERENCES``, one row per build).
+``replay``, ``worker_states``, ``engine_run``, ``forced_tokens`` and ``integrations/vllm/gpu_check.py``
+ask it what differs between the supported builds (``DIFFERENCES``, one row per build).
 
 Everything the plugin itself overrides (the scheduler's split, admission, scheduling and finish
 hooks; ``MambaManager`` and ``KVCacheCoordinator.cache_blocks``) has the same signatures in all

@@ -5,8 +5,8 @@ boundary's cache model (``boundary.cache``) for an engine's event order; ``scena
 ``integrations/vllm/gpu_check.py`` and the fidelity and engine tests compare it with vLLM.
 
 Given each request's tokens and hints, and when the engine admitted, advanced and freed it
-(from ``boundary_vllm.replay`` or a real engine's step log, ``boundary_vllm.engine_run``), this
-runs the same retention decisions (``boundary.checkpoints.retention.decide``) through
+(from ``boundary_vllm.replay`` or a real engine's step log, ``boundary_vllm.step_log``), this
+runs the same retention decisions (``boundary.checkpoints.policies.decide``) through
 ``HybridPrefixCache`` and returns each request's predicted joint hit. Comparing that with what
 vLLM reported is the fidelity check; nothing here reads vLLM's hits.
 
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
-from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant, decide, may_keep_decode
+from boundary.checkpoints.policies import decide, may_keep_decode
+from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant
 from boundary_vllm.decode_end import final_d_end
 
 if TYPE_CHECKING:

@@ -3,15 +3,15 @@
 conversations rendered by boundary, each session run through one engine under every variant and
 once with prefix caching off, and what each pass reused, computed and took.
 
-Where it sits: the engine end, above ``engine_run``, ``workload`` and ``prediction``: the whole
-flow (request -> render -> boundaries -> checkpoints -> engine) on one slice;
-``benchmarks/engine.py``, ``integrations/vllm/gpu_check.py`` and the engine test tier run it.
+Where it sits: the engine end, above ``engine_run``, ``output_comparison``, ``workload`` and
+``prediction``: the whole flow (request -> render -> boundaries -> checkpoints -> engine) on one
+slice; ``benchmarks/engine.py``, ``integrations/vllm/gpu_check.py`` and the engine test tier run it.
 
 A session is one conversation, a request per assistant turn (``boundary_vllm.workload``), with
 the hints a frontend sends: U_end, the round-trip verdict of the tool-loop rule, and a horizon
 (how far the session's next request shares this one's tokens). What the model generates is
 chosen per request (``Outputs``): free greedy tokens, or the turn's own tokens forced (a logits
-processor, ``engine_run.ForcedTokens``), so that the committed output is what the next request
+processor, ``forced_tokens.ForcedTokens``), so that the committed output is what the next request
 re-renders and D_end can be served as it would be in production.
 
 Passes run one after another on one engine, the prefix cache reset before each: one per variant
@@ -32,7 +32,8 @@ from typing import Any, Literal
 import boundary
 from boundary.checkpoints.retention import Variant
 from boundary.prefixes import common_prefix_length
-from boundary_vllm.engine_run import EngineOutcome, EngineRequest, EngineRun, compare_outputs
+from boundary_vllm.engine_run import EngineOutcome, EngineRequest, EngineRun
+from boundary_vllm.output_comparison import compare_outputs
 from boundary_vllm.workload import Turn, conversation_turns, with_reasoning
 
 FAMILY, VARIANT = "qwen3_5", "think"  # tiny_models' vocabulary and template

@@ -28,7 +28,7 @@ Mamba manager's ``cache_blocks``.
 Where it sits: the engine end, after checkpoints: vLLM loads it by name (``--scheduler-cls``); it
 reads ``hints`` and ``settings``, decides through ``boundary.checkpoints.retention`` and executes
 through ``retention``, recording with ``recording`` and counting with ``counters``. ``engine_run``
-and ``replay`` drive it in tests and benchmarks.
+(through ``step_log``'s logged schedulers) and ``replay`` drive it in tests and benchmarks.
 """
 
 from __future__ import annotations
