@@ -32,6 +32,5 @@ class Entry:
     refs: int = 0
     labels: tuple[str, ...] = ()
     hits: int = 0
-    last_hit_at: float | None = None
     evicted_at: float | None = None
     live: bool = True

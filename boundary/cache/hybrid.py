@@ -205,7 +205,6 @@ class HybridPrefixCache:
         if self.budget is not None:
             self.budget.held(hit.state)
         hit.state.hits += 1
-        hit.state.last_hit_at = now
         for label in hit.state.labels:
             self.stats.state_hits[label] += 1
         return [hit.state]

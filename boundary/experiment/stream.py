@@ -17,7 +17,7 @@ import hashlib
 import json
 from array import array
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -141,10 +141,6 @@ class Stream:
 
 def _uint32(tokens: Sequence[int]) -> array[int]:
     return tokens if isinstance(tokens, array) and tokens.typecode == "I" else array("I", tokens)
-
-
-def with_times(request: StreamRequest, arrival: float, finish: float) -> StreamRequest:
-    return replace(request, arrival=arrival, finish=finish)
 
 
 def cache_requests(stream: Stream, unit: int) -> list[CacheRequest]:

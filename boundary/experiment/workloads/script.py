@@ -34,10 +34,6 @@ class SessionScript:
     tools: list[dict[str, Any]] | None = None
     synthesised: tuple[str, ...] = field(default=())
 
-    @property
-    def model_calls(self) -> int:
-        return sum(m["role"] == "assistant" for m in self.messages)
-
 
 def session_rng(seed: int, session: str, purpose: str) -> random.Random:
     digest = hashlib.sha256(f"{seed}\x00{session}\x00{purpose}".encode()).digest()
