@@ -16,7 +16,8 @@ from boundary.checkpoints.kinds import (
     materialize,
     prompt_end_position,
 )
-from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant, decide
+from boundary.checkpoints.policies import decide
+from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant
 from boundary.offsets import TokenOffset
 
 

@@ -5,7 +5,7 @@ experiment drives it.
 
 Attention KV in blocks found by chained prefix ids at ``prefix_match_unit``; recurrent states
 only where retained (``prefix_cache_retention_interval=0``: the states the retention policy
-``boundary.checkpoints.retention`` decides, P_end's block twin among them, and reactive shared-prefix
+``boundary.checkpoints.policies`` decides, P_end's block twin among them, and reactive shared-prefix
 junctions), each at a unit boundary; a hit resumes at the deepest
 position where both are present. Bytes come from a model description laid out as vLLM pages
 it; eviction is LRU behind a small protocol.

@@ -4,7 +4,7 @@ Where it sits: in the cache model, above ``hashing``: what ``hybrid`` admits.
 
 This is the plain, replayable stream a fidelity test can feed to both this model and vLLM's
 ``KVCacheManager``: token ids (hashed here into prefix ids), the prompt length, the request's
-time in flight. What to keep comes from the policy (``boundary.checkpoints.retention``).
+time in flight. What to keep comes from the policy (``boundary.checkpoints.policies``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Which states a request leaves behind: a policy decision plus the engine's own junctions.
 
-Where it sits: in the cache model, after the retention policy (``boundary.checkpoints.retention``),
+Where it sits: in the cache model, after the retention policy (``boundary.checkpoints.policies``),
 whose decision it carries out.
 
-The policy (``boundary.checkpoints.retention``) decides the proactive states and where each
+The policy (``boundary.checkpoints.policies``) decides the proactive states and where each
 materializes, P_end's block twin included; this module adds what the engine keeps by itself
 and places everything on the request's timeline:
 

@@ -1,10 +1,10 @@
-"""The experiment's policies: ``boundary.checkpoints.retention`` applied to stream requests.
+"""The experiment's policies: ``boundary.checkpoints.policies`` applied to stream requests.
 
 Where it sits: in the experiment, between the stream and the cache model: it asks
-``boundary.checkpoints.retention`` (checkpoints) for each request; ``replay``, ``harness`` and
+``boundary.checkpoints.policies`` (checkpoints) for each request; ``replay``, ``harness`` and
 ``sweep`` call it.
 
-A policy here only translates a ``StreamRequest`` into the policy module's
+A policy here only translates a ``StreamRequest`` into ``boundary.checkpoints.retention``'s
 ``RequestBoundaries`` (the round-trip verdict and stability horizon the stream carries) and
 asks ``decide`` twice: at admission (D_end not known yet) and at finish. The vLLM plugin
 asks the same function with the same inputs, so both executors run the same variants.
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from boundary.checkpoints import retention as retention_policy
+from boundary.checkpoints.policies import RULES, decide, may_keep_decode
 from boundary.checkpoints.retention import (
     Decision,
     EngineGeometry,
@@ -26,8 +27,6 @@ from boundary.checkpoints.retention import (
     SessionVariant,
     Variant,
     capped_d_end,
-    decide,
-    may_keep_decode,
 )
 from boundary.experiment.stream import Continuation, StreamRequest
 
@@ -80,7 +79,7 @@ class RetentionPolicy:
 
 def keeps_decode(policy: RetentionPolicy, request: StreamRequest, geometry: EngineGeometry) -> bool:
     """Whether ``request``'s decode boundaries stay keyed until finish under the page-by-page pool
-    (``engine_steps``): ``retention_policy.may_keep_decode`` asked at admission, the rule the
+    (``engine_steps``): ``may_keep_decode`` asked at admission, the rule the
     plugin's tentative hold follows (D_end is not known before finish)."""
     return may_keep_decode(
         policy.variant, boundaries(request, finished=False, predictor=policy.predictor), geometry
@@ -97,8 +96,8 @@ ALL_NAMES = (*POLICIES, *SESSION_POLICIES, ORACLE)
 
 
 def policy(name: str) -> RetentionPolicy:
-    if name in SESSION_POLICIES:
-        return RetentionPolicy(SessionVariant(name))
-    if name not in POLICIES:
+    """The policy going by ``name``: the rule ``boundary.checkpoints.policies.RULES`` names so."""
+    rule = RULES.get(name)
+    if rule is None:
         raise ValueError(f"unknown policy {name!r} (known: {', '.join(ALL_NAMES)})")
-    return RetentionPolicy(Variant(name))
+    return RetentionPolicy(rule.variant)

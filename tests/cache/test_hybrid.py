@@ -7,7 +7,8 @@ import pytest
 from boundary.cache import CacheRequest, PrefixHasher
 from boundary.cache.hybrid import CacheConfig
 from boundary.checkpoints.kinds import CheckpointKind
-from boundary.checkpoints.retention import Decision, DecodeStates, EngineGeometry, RequestBoundaries, decide
+from boundary.checkpoints.policies import decide
+from boundary.checkpoints.retention import Decision, DecodeStates, EngineGeometry, RequestBoundaries
 from tests.cache.conftest import geometry
 
 P_END, U_END, D_END = CheckpointKind.PROMPT_END, CheckpointKind.INPUT_END, CheckpointKind.DECODE_END

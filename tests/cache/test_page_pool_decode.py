@@ -6,13 +6,8 @@ from __future__ import annotations
 import pytest
 
 from boundary.cache import CacheRequest, PrefixHasher
-from boundary.checkpoints.retention import (
-    DecodeStates,
-    EngineGeometry,
-    RequestBoundaries,
-    decide,
-    may_keep_decode,
-)
+from boundary.checkpoints.policies import decide, may_keep_decode
+from boundary.checkpoints.retention import DecodeStates, EngineGeometry, RequestBoundaries
 from tests.cache.conftest import geometry
 
 SYSTEM = list(range(1000, 1016))  # two whole blocks of 8

@@ -9,7 +9,8 @@ import pytest
 from boundary.cache import CacheRequest, PrefixHasher
 from boundary.cache.budget import StateBudget
 from boundary.cache.hybrid import CacheConfig
-from boundary.checkpoints.retention import DecodeStates, EngineGeometry, RequestBoundaries, decide
+from boundary.checkpoints.policies import decide
+from boundary.checkpoints.retention import DecodeStates, EngineGeometry, RequestBoundaries
 from tests.cache.conftest import geometry
 
 # block 8 = unit 8; a block and a state are one page of 100 bytes each

@@ -9,14 +9,8 @@ from array import array
 from boundary.cache import CacheConfig
 from boundary.cache.retention import engine_geometry
 from boundary.checkpoints.kinds import CheckpointKind
-from boundary.checkpoints.retention import (
-    DecodeStates,
-    EngineGeometry,
-    Phase,
-    RequestBoundaries,
-    Variant,
-    decide,
-)
+from boundary.checkpoints.policies import decide
+from boundary.checkpoints.retention import DecodeStates, EngineGeometry, Phase, RequestBoundaries, Variant
 from boundary.experiment.cost import PrefillCostModel
 from boundary.experiment.plan import producer_age_by_kind
 from boundary.experiment.policies import ALL_NAMES, policy

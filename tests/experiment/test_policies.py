@@ -1,4 +1,4 @@
-"""The retention policy (``boundary.checkpoints.retention``) and its use on stream requests.
+"""The retention policies (``boundary.checkpoints.policies``) and their use on stream requests.
 
 Positions are computed by hand: block 64, unit 16 unless a test says otherwise; P_end = 95
 (P_end's anchor 94 -> unit 80, block twin 64), U_end = 90 (-> 80), D_end = 149 (-> block 128,
@@ -14,7 +14,9 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from boundary.checkpoints.policies import RULES, decide, may_keep_decode, rule_for
 from boundary.checkpoints.retention import (
+    Decision,
     DecodeStates,
     EngineGeometry,
     Phase,
@@ -22,9 +24,6 @@ from boundary.checkpoints.retention import (
     SessionVariant,
     Variant,
     capped_d_end,
-    check_phases,
-    decide,
-    may_keep_decode,
 )
 from boundary.experiment import policies
 from boundary.experiment.policies import boundaries, keeps_decode, policy
@@ -35,6 +34,13 @@ G = EngineGeometry(block_size=64, unit=16)
 
 def kept(variant: str, b: RequestBoundaries, g: EngineGeometry = G) -> list[tuple[int, tuple[str, ...]]]:
     return [(k.position, tuple(x.value for x in k.kinds)) for k in decide(variant, b, g).keeps]
+
+
+def check_phases(admission: Decision, finish: Decision) -> None:
+    """The two-phase invariant: every prefill keep at finish was a prefill keep at admission."""
+    missing = set(finish.prefill_positions) - set(admission.prefill_positions)
+    if missing:
+        raise AssertionError(f"prefill states decided only at finish: {sorted(missing)}")
 
 
 FULL = RequestBoundaries(p_end=95, u_end=90, d_end=149)
@@ -358,6 +364,15 @@ def test_the_experiment_holds_decode_states_by_the_admission_time_rule():
         )
         assert keeps_decode(policy("chat_aware"), r, G) is round_trip
     assert not keeps_decode(policy("input_end"), stream_request(u_end=70, round_trip=True), G)
+
+
+def test_every_public_policy_name_has_one_rule_going_by_it():
+    names = [*(v.value for v in Variant), *(v.value for v in SessionVariant)]
+    assert list(RULES) == names
+    assert all(rule_for(name).variant == name for name in names)
+    assert rule_for(Variant.BOTH) is RULES["both"]
+    with pytest.raises(ValueError, match="unknown retention policy 'oracle'"):
+        decide("oracle", FULL, G)
 
 
 def test_the_experiments_policy_names_are_the_variants_values():

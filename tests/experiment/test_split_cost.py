@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 from boundary.cache import CacheRequest, PrefixHasher
 from boundary.cache.hybrid import CacheConfig, HybridPrefixCache
-from boundary.checkpoints.retention import DecodeStates, EngineGeometry, RequestBoundaries, decide
+from boundary.checkpoints.policies import decide
+from boundary.checkpoints.retention import DecodeStates, EngineGeometry, RequestBoundaries
 from boundary.experiment import plan
 from boundary.experiment.calibration import split_extra_seconds
 from boundary.experiment.cost import PrefillCostModel

@@ -32,7 +32,8 @@ from boundary_vllm.prediction import ModelShape, Observed, predicted_hits
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
-from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant, decide
+from boundary.checkpoints.policies import decide
+from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant
 from tests.vllm.streams import shared, turn, turns
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

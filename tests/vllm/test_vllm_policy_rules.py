@@ -1,10 +1,11 @@
 """The plugin and the experiment run one set of policy rules: the same functions of
-``boundary.checkpoints.retention``, the same policy names."""
+``boundary.checkpoints.retention`` and ``boundary.checkpoints.policies``, the same policy names."""
 
 from __future__ import annotations
 
 import pytest
 
+from boundary.checkpoints import policies as retention_rules
 from boundary.checkpoints import retention as retention_policy
 from boundary.checkpoints.retention import Variant
 from boundary.experiment import policies
@@ -17,9 +18,9 @@ def test_the_plugin_and_the_experiment_call_the_same_policy_functions():
     from boundary_vllm import decode_end, prediction, retention
 
     assert decode_end.capped_d_end is policies.capped_d_end is retention_policy.capped_d_end
-    assert retention.may_keep_decode is policies.may_keep_decode is retention_policy.may_keep_decode
-    assert prediction.may_keep_decode is retention_policy.may_keep_decode
-    assert retention.decide is policies.decide is prediction.decide is retention_policy.decide
+    assert retention.may_keep_decode is policies.may_keep_decode is retention_rules.may_keep_decode
+    assert prediction.may_keep_decode is retention_rules.may_keep_decode
+    assert retention.decide is policies.decide is prediction.decide is retention_rules.decide
 
 
 @pytest.mark.parametrize(

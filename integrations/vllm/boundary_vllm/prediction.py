@@ -6,7 +6,7 @@ boundary's cache model (``boundary.cache``) for an engine's event order; ``scena
 
 Given each request's tokens and hints, and when the engine admitted, advanced and freed it
 (from ``boundary_vllm.replay`` or a real engine's step log, ``boundary_vllm.step_log``), this
-runs the same retention decisions (``boundary.checkpoints.retention.decide``) through
+runs the same retention decisions (``boundary.checkpoints.policies.decide``) through
 ``HybridPrefixCache`` and returns each request's predicted joint hit. Comparing that with what
 vLLM reported is the fidelity check; nothing here reads vLLM's hits.
 
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from boundary.cache import CacheConfig, CacheGeometry, CacheRequest, HybridPrefixCache, PrefixHasher
-from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant, decide, may_keep_decode
+from boundary.checkpoints.policies import decide, may_keep_decode
+from boundary.checkpoints.retention import EngineGeometry, RequestBoundaries, Variant
 from boundary_vllm.decode_end import final_d_end
 
 if TYPE_CHECKING:

@@ -3,15 +3,15 @@
 retention policy.
 
 Where it sits: the engine end, after checkpoints: ``boundary_vllm.scheduler`` calls these hooks at
-admission and finish; they ask ``boundary.checkpoints.retention``, install ``cache_blocks`` and hold
+admission and finish; they ask ``boundary.checkpoints.policies``, install ``cache_blocks`` and hold
 states through ``kept_states`` in the ``ledger``.
 
 For a request that carries hints, ``CheckpointRetention.admit`` asks
-``boundary.checkpoints.retention.decide`` (D_end unknown) and maps the decision onto vLLM: the
+``boundary.checkpoints.policies.decide`` (D_end unknown) and maps the decision onto vLLM: the
 prefill positions where a chunk must end (only where vLLM would not produce that state itself:
 not at P_end's checkpoint, its tail or twin, a native chunk end or exported from inside the last
 chunk by kernels with prefill-checkpoint blocks), the block-aligned and sub-block keeps, and
-whether decode states are held (``retention_policy.may_keep_decode``). Each step's
+whether decode states are held (``boundary.checkpoints.policies.may_keep_decode``). Each step's
 ``cache_blocks`` then keys them (``boundary_vllm.cache_blocks``). ``finish`` asks the
 finish-phase decision (D_end known): it keeps at most one held decode state and may drop a
 prompt-side stand-in it no longer needs.
@@ -46,14 +46,13 @@ from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.request import Request
 
 from boundary.checkpoints.kinds import CheckpointKind, prompt_end_position
+from boundary.checkpoints.policies import decide, may_keep_decode
 from boundary.checkpoints.retention import (
     DecodeStates,
     EngineGeometry,
     Phase,
     RequestBoundaries,
     Variant,
-    decide,
-    may_keep_decode,
     twin_position,
 )
 from boundary_vllm.cache_blocks import CacheBlocksHook
