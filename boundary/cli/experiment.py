@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from boundary.experiment.cost import PrefillCostModel
     from boundary.experiment.harness import run_experiment
     from boundary.experiment.workloads import SHIPPED, build_stream
-    from boundary.trace.reader import STDIN, read_header
+    from boundary.trace.reader import STDIN, read_header, read_recording
 
     validate(args)
     experiment_engine.check(args)  # with --executor engine: no CPU engine is one line, exit 2
@@ -74,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
         )
     source = chosen_family(args)
     model = _geometry(source, args.model)
-    header = None if args.workload in SHIPPED else read_header(args.workload)
+    # stdin can be read once: its header and requests together, here
+    header, trace = read_recording(STDIN) if args.workload == STDIN else (None, None)
+    if args.workload not in (*SHIPPED, STDIN):
+        header = read_header(args.workload)
     given = _given_geometry(args, model, header)
     family = None if source.name is not None else source.load(args.variant)
     options, config = _settings(args, source, header)
@@ -86,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
             family=family,
             use_cache=not args.no_cache,
             progress=lambda msg: status.update(msg),
+            trace=trace,
         )
         err.print(
             f"{len(stream):,} requests in {len(stream.sessions()):,} sessions ({stream.name}, {source.label})"

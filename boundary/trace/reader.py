@@ -128,8 +128,8 @@ def _cut_off(raw: bytes) -> bool:
 
 
 def read_header(path: str | Path) -> RecordingHeader | None:
-    """The header on a trace file's first non-blank line (None: none; stdin is never read here,
-    so a header arriving on stdin is only skipped by ``read_trace``)."""
+    """The header on a trace file's first non-blank line (None: none). Stdin is never read
+    here (it can be read once): ``read_recording`` gives its header with its requests."""
     if str(path) == STDIN:
         return None
     with open_trace(path) as file:

@@ -4,6 +4,7 @@ records were replayed as recorded, nothing rendered."""
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -59,6 +60,28 @@ def test_a_recording_replays_at_its_engines_geometry_by_default(tmp_path, capsys
     assert "production records replayed as recorded" in text and "nothing rendered" in text
     assert "outputs from boundary.outputs.format_output" not in text
     assert "cache layout from the recording's header (vllm==0.34.0): block 256, unit 16" in text
+
+
+def test_a_recording_on_stdin_replays_at_its_headers_geometry_and_to_the_same_hits(
+    tmp_path, capsys, monkeypatch
+):
+    path, from_file, from_stdin = tmp_path / "rec.jsonl", tmp_path / "f.json", tmp_path / "s.json"
+    write(path, HEADER)
+    rc, err = run(["--workload", str(path), *FAST, "--json", str(from_file)], capsys)
+    assert rc == 0, err
+    with path.open("rb") as file:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(file))
+        rc, err = run(["--workload", "-", *FAST, "--json", str(from_stdin)], capsys)
+    assert rc == 0, err
+    file_run, stdin_run = json.loads(from_file.read_text()), json.loads(from_stdin.read_text())
+    assert stdin_run["geometry"]["source"] == "the recording's header (vllm==0.34.0)"
+    assert (stdin_run["units"][0]["block_size"], stdin_run["units"][0]["unit"]) == (256, 16)
+    assert stdin_run["config"]["capacity_gib"] == file_run["config"]["capacity_gib"]
+    timeless = [
+        [{k: v for k, v in r.items() if k != "replay_wall_seconds"} for r in result["units"][0]["runs"]]
+        for result in (file_run, stdin_run)
+    ]
+    assert timeless[0] == timeless[1]
 
 
 def test_unit_and_capacity_still_override_a_header(tmp_path, capsys):

@@ -101,10 +101,13 @@ def rendered_sessions(
     family: boundary.Family | None = None,
     use_cache: bool = True,
     progress: Progress | None = None,
+    trace: list[TraceRequest] | None = None,
 ) -> Stream:
     """Every session's requests, rendered, with no arrival times (``rid`` -1). ``family``
     renders them in place of the shipped ``options.family`` (a model directory's, say; then
-    ``options.family`` is its name)."""
+    ``options.family`` is its name). ``trace``: the requests of ``workload`` (a trace path or
+    stdin) already read, as stdin must be when its header was wanted too; else they are read
+    here."""
     say = progress or (lambda _msg: None)
     if workload == "synthetic":
         return _synthetic_stream(options)
@@ -122,9 +125,8 @@ def rendered_sessions(
         **options.model_dump(mode="json", exclude={"concurrency", "arrivals"}),
     }
     scripts: list[SessionScript] = []
-    trace: list[TraceRequest] | None = None
     if workload not in SHIPPED:
-        provenance["trace_sha"], trace = _trace_key(workload)
+        provenance["trace_sha"], trace = _trace_key(workload, trace)
     else:
         scripts = _shipped_scripts(workload, fam, options, provenance)
     # The cache key covers every input that shapes a rendered stream, not just the options.
@@ -230,10 +232,13 @@ def build_stream(
     family: boundary.Family | None = None,
     use_cache: bool = True,
     progress: Progress | None = None,
+    trace: list[TraceRequest] | None = None,
 ) -> Stream:
-    """The workload as a stream in arrival order (``rid`` = position); ``family`` as for
-    ``rendered_sessions``."""
-    rendered = rendered_sessions(workload, options, family=family, use_cache=use_cache, progress=progress)
+    """The workload as a stream in arrival order (``rid`` = position); ``family`` and ``trace``
+    as for ``rendered_sessions``."""
+    rendered = rendered_sessions(
+        workload, options, family=family, use_cache=use_cache, progress=progress, trace=trace
+    )
     sessions: dict[str, list[StreamRequest]] = {}
     for r in rendered.requests:
         sessions.setdefault(r.session, []).append(r)
@@ -287,12 +292,12 @@ def _records_held(lines: list[TraceRequest]) -> dict[str, Any]:
     return {"records": "chat" if production == 0 else "production and chat"}
 
 
-def _trace_key(workload: str) -> tuple[str, list[TraceRequest] | None]:
+def _trace_key(workload: str, requests: list[TraceRequest] | None) -> tuple[str, list[TraceRequest] | None]:
     """A trace file's digest, read in chunks; for stdin, which can be read only once, the
-    digest of its requests, and the requests."""
+    digest of its requests (``requests`` when already read), and the requests."""
     digest = hashlib.sha256()
     if workload == STDIN:
-        requests = read_trace(STDIN)
+        requests = read_trace(STDIN) if requests is None else requests
         for request in requests:
             digest.update(request.model_dump_json(exclude_none=True).encode() + b"\n")
         return digest.hexdigest()[:16], requests
