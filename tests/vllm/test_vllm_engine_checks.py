@@ -120,7 +120,12 @@ def test_speculative_decoding_is_refused_unless_the_settings_opt_in(warnings):
 
 def test_a_prefix_match_unit_equal_to_the_block_is_warned_about(warnings):
     Replay(EngineShape(block_size=64))
-    assert any("prefix_match_unit equals the block size (64)" in line for line in warnings)
+    (line,) = [line for line in warnings if "prefix_match_unit equals the block size (64)" in line]
+    assert line.endswith("set --prefix-match-unit 16 (or another divisor of the block)")
+    warnings.clear()
+    Replay(EngineShape(block_size=16))  # the advice never names the unit it warns about
+    (line,) = [line for line in warnings if "prefix_match_unit equals the block size (16)" in line]
+    assert line.endswith("set a --prefix-match-unit that divides the block")
     warnings.clear()
     Replay(EngineShape(block_size=64, prefix_match_unit=16))
     assert not any("prefix_match_unit" in line for line in warnings)

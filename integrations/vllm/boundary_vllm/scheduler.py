@@ -50,7 +50,7 @@ from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
 from boundary.checkpoints.retention import RequestBoundaries, Variant
-from boundary_vllm.compat import applied_retention_interval
+from boundary_vllm.compat import applied_retention_interval, restore_block_size
 from boundary_vllm.counters import CheckpointCounters, PrometheusExport
 from boundary_vllm.decode_end import DecodeEndAvailability, decode_end_availability, final_d_end
 from boundary_vllm.engine_checks import EngineFacts, check_engine
@@ -79,6 +79,7 @@ class BoundaryCheckpointsMixin:
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._resolved_block_size = int(self.cache_config.block_size)  # from the KV-cache groups
         self.boundary_settings = read_settings(self.vllm_config.additional_config)
         self.boundary_counters = CheckpointCounters()
         self.boundary_metric_labels = {
@@ -274,6 +275,16 @@ class BoundaryCheckpointsMixin:
         self._report()
 
     def schedule(self, *args: Any, **kwargs: Any) -> SchedulerOutput:
+        reset = restore_block_size(self, self._resolved_block_size)
+        if reset is not None:
+            logger.warning(
+                "boundary checkpoints: vLLM reset the block size from %d to %d after start-up (the "
+                "CPU build 0.32.0 re-applies its platform defaults in the engine core's handshake); "
+                "restored to %d, so that prefill chunks end where the KV-cache manager keeps states",
+                self._resolved_block_size,
+                reset,
+                self._resolved_block_size,
+            )
         out: SchedulerOutput = super().schedule(*args, **kwargs)  # type: ignore[misc]
         if self.boundary_retention is not None:
             self.boundary_retention.seal(out)  # what this step keyed is unwritten until its output
