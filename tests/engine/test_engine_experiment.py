@@ -88,40 +88,11 @@ def test_the_pool_evicts(result):
         assert 0 < r["reused_tokens"] <= r["oracle_tokens"]
 
 
-MODEL_EVICTS_A_STATE_VLLM_KEEPS = pytest.mark.xfail(
-    strict=True,
-    reason="the page-by-page pool evicts session 1's released sub-block prompt-end state where vLLM keeps "
-    "it (test_engine_experiment_replay.py replays the case without an engine)",
-)
-
-
-@pytest.mark.parametrize(
-    "policy",
-    [
-        pytest.param("main_sparse", marks=MODEL_EVICTS_A_STATE_VLLM_KEEPS),
-        "decode_end",
-        pytest.param("both", marks=MODEL_EVICTS_A_STATE_VLLM_KEEPS),
-    ],
-)
+@pytest.mark.parametrize("policy", POLICIES)
 def test_the_model_predicts_every_hit_the_engine_served(result, policy):
     run = next(r for r in result["units"][0]["runs"] if r["policy"] == policy)
     assert run["model_agreement"] == 1.0, run["first_disagreements"]
     assert run["model_reused_tokens"] == run["reused_tokens"]
-
-
-def test_the_one_disagreement_is_named_with_the_kind_the_engine_served(result):
-    runs = {r["policy"]: r for r in result["units"][0]["runs"]}
-    assert runs["main_sparse"]["first_disagreements"] == [
-        {
-            "request": 4,
-            "session": "s1",
-            "turn": 1,
-            "engine_hit": 1328,
-            "model_hit": 1088,
-            "engine_kind": "prompt_end",
-        }
-    ]
-    assert runs["main_sparse"]["model_agreement"] == pytest.approx(0.8)
 
 
 def test_a_hand_worked_session():

@@ -1,11 +1,13 @@
-"""A recorded engine run the cache model does not yet predict: vLLM's CPU engine with boundary's
-plugin (``--executor engine``, main_sparse, block 544, unit 16, a 21-page pool, two tau-bench
-sessions in flight) served the second session's second request 1,328 tokens from that session's
-own prompt-end state; the page-by-page pool, fed the engine's own steps, evicts that state at
-step 54 (when the other session's second request allocates its prefill) and predicts 1,088.
+"""A recorded engine run whose eviction order the cache model once got wrong: vLLM's CPU engine
+with boundary's plugin (``--executor engine``, main_sparse, block 544, unit 16, a 21-page pool,
+two tau-bench sessions in flight) served the second session's second request 1,328 tokens from
+that session's own prompt-end state. A model that frees the pages behind a request one step late,
+as under async scheduling, puts the shared 1,088-token state behind that state in the free queue,
+evicts it at step 54 and predicts 1,088; the CPU engine schedules synchronously and frees them in
+the step that moves past them (the recording's ``async_scheduling: false``).
 
 Replayed from ``data/main_sparse_544_evicting.json`` (the engine's step log, outputs and hits), so
-it runs without an engine. The engine is right; the xfail names what the model gets wrong."""
+it runs without an engine."""
 
 from __future__ import annotations
 
@@ -19,14 +21,11 @@ pytestmark = pytest.mark.vllm  # boundary_vllm is installed with vLLM
 RECORDING = Path(__file__).parent / "data" / "main_sparse_544_evicting.json"
 
 
-def replay() -> tuple[list[list[int]], list[list[int]], list[list[str]]]:
-    """(the engine's hits, the model's predictions, the kinds the engine served)."""
-    from boundary_vllm.prediction import ModelShape, Observed, predicted_hits
+def observed(data: dict) -> list[list]:
+    """The recording's requests as the prediction reads them."""
+    from boundary_vllm.prediction import Observed
 
-    from boundary.checkpoints.retention import Variant
-
-    data = json.loads(RECORDING.read_text(encoding="utf-8"))
-    sessions = [
+    return [
         [
             Observed(
                 tuple(r["prompt_token_ids"]),
@@ -43,24 +42,72 @@ def replay() -> tuple[list[list[int]], list[list[int]], list[list[str]]]:
         ]
         for session in data["sessions"]
     ]
+
+
+def replay() -> tuple[list[list[int]], list[list[int]], list[list[str]]]:
+    """(the engine's hits, the model's predictions, the kinds the engine served)."""
+    from boundary_vllm.prediction import ModelShape, predicted_hits
+
+    from boundary.checkpoints.retention import Variant
+
+    data = json.loads(RECORDING.read_text(encoding="utf-8"))
     shape = ModelShape(**data["shape"], engine_steps=True)
-    return data["engine_hits"], predicted_hits(sessions, Variant.MAIN_SPARSE, shape), data["engine_kinds"]
+    return (
+        data["engine_hits"],
+        predicted_hits(observed(data), Variant.MAIN_SPARSE, shape),
+        data["engine_kinds"],
+    )
 
 
-def test_the_model_predicts_the_requests_before_the_eviction():
+def test_the_model_predicts_every_hit_the_engine_served_through_the_eviction():
     engine, model, kinds = replay()
-    assert engine[0] == model[0] == [0, 1328, 1360]
-    assert engine[1][0] == model[1][0] == 1088
-    assert kinds[1] == ["prompt_end_block", "prompt_end"]
+    assert model == engine == [[0, 1328, 1360], [1088, 1328]]
+    assert kinds == [["miss", "prompt_end", "prompt_end"], ["prompt_end_block", "prompt_end"]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="boundary.cache.engine_steps makes session 1's sub-block prompt-end state (1,328, inside its "
-    "request's last block) evictable one step after copying it aside (_copy_aside, hold_until_step_end) "
-    "and evicts it at step 54 as the free queue's oldest entry; vLLM still serves it at step 56, so its "
-    "block pool does not hold that page at the queue's head while the request runs on in that block",
-)
-def test_the_model_predicts_the_state_vllm_kept():
-    engine, model, _ = replay()
-    assert model == engine
+def test_freeing_one_step_late_as_under_async_scheduling_evicts_the_state_the_engine_kept():
+    """The same steps under the async scheduler's one-step lag: a different, wrong answer here,
+    so the engine's scheduling mode is what decides it."""
+    from boundary_vllm.prediction import ModelShape, predicted_hits
+
+    from boundary.checkpoints.retention import Variant
+
+    data = json.loads(RECORDING.read_text(encoding="utf-8"))
+    shape = ModelShape(**{**data["shape"], "async_scheduling": True}, engine_steps=True)
+    engine, _, _ = replay()
+    lagged = predicted_hits(observed(data), Variant.MAIN_SPARSE, shape)
+    assert lagged == [[0, 1328, 1360], [1088, 1088]] != engine
+
+
+def test_a_disagreement_is_named_with_the_request_and_the_kind_the_engine_served():
+    """The run summary of the lagged model beside the engine: agreement 4/5, and the one
+    disagreement's row."""
+    from boundary_vllm.engine_experiment import RequestRow, run_summary
+    from boundary_vllm.prediction import ModelShape, predicted_hits
+
+    from boundary.checkpoints.retention import Variant
+
+    data = json.loads(RECORDING.read_text(encoding="utf-8"))
+    lagged = ModelShape(**{**data["shape"], "async_scheduling": True}, engine_steps=True)
+    model = predicted_hits(observed(data), Variant.MAIN_SPARSE, lagged)
+    rows = []
+    for si, session in enumerate(data["sessions"]):
+        for ri, r in enumerate(session):
+            hit, kind = data["engine_hits"][si][ri], data["engine_kinds"][si][ri]
+            rows.append(
+                RequestRow(
+                    len(rows), f"s{si}", ri, len(r["prompt_token_ids"]), hit, model[si][ri], None, kind
+                )
+            )
+    summary = run_summary(Variant.MAIN_SPARSE, rows, {}, 0, preempted=False)
+    assert summary["model_agreement"] == pytest.approx(0.8) and summary["disagreements"] == 1
+    assert summary["first_disagreements"] == [
+        {
+            "request": 4,
+            "session": "s1",
+            "turn": 1,
+            "engine_hit": 1328,
+            "model_hit": 1088,
+            "engine_kind": "prompt_end",
+        }
+    ]

@@ -134,6 +134,7 @@ def model_hits_in_engine_order(
     capacity: float = float("inf"),
     exported_twin: bool = False,
     engine_steps: bool = False,
+    async_scheduling: bool = True,
     models: list[HybridPrefixCache] | None = None,
 ) -> list[list[int]]:
     """The model's joint hits with admissions and finishes in vLLM's order (``engine_steps``:
@@ -157,7 +158,12 @@ def model_hits_in_engine_order(
         for session, outs in zip(sessions, outcomes, strict=True)
     ]
     shape = ModelShape(
-        block, unit, capacity_bytes=capacity, exported_twin=exported_twin, engine_steps=engine_steps
+        block,
+        unit,
+        capacity_bytes=capacity,
+        exported_twin=exported_twin,
+        engine_steps=engine_steps,
+        async_scheduling=async_scheduling,
     )
     return predicted_hits(observed, variant, shape, models=models)
 
@@ -169,13 +175,14 @@ def concurrent(
     *,
     concurrency: int = 4,
     models: list[HybridPrefixCache] | None = None,
+    async_scheduling: bool = True,
     **shape,
 ) -> tuple[list[list[int]], list[list[int]]]:
     """vLLM's and the model's joint hits; with ``num_blocks`` (a pool that evicts) the model's
     one pool has the same pages and runs each request's steps as vLLM's block pool does."""
     sessions = SESSIONS["four"]()
     engine = EngineShape(
-        block_size=block, prefix_match_unit=unit, policy=variant, async_scheduling=True, **shape
+        block_size=block, prefix_match_unit=unit, policy=variant, async_scheduling=async_scheduling, **shape
     )
     outcomes = Replay(engine).run_sessions(sessions, concurrency=concurrency)
     assert not any(o.preemptions for s in outcomes for o in s)  # the model does not preempt
@@ -189,6 +196,7 @@ def concurrent(
         capacity=(shape["num_blocks"] - 1) * 4096 if "num_blocks" in shape else float("inf"),
         exported_twin=exported and unit < block,
         engine_steps="num_blocks" in shape,
+        async_scheduling=async_scheduling,
         models=models,
     )
     return [[o.hit_tokens for o in s] for s in outcomes], model
@@ -255,11 +263,14 @@ EVICTING_IN_FLIGHT = [
 ]
 
 
+@pytest.mark.parametrize("scheduling", ["async", "sync"])  # sync: the CPU build's
 @pytest.mark.parametrize(("block", "unit", "variant"), EVICTING_IN_FLIGHT)
 def test_with_sessions_in_flight_and_a_pool_small_enough_to_evict_they_agree_on_every_joint_hit(
-    block, unit, variant
+    block, unit, variant, scheduling
 ):
     models: list[HybridPrefixCache] = []
-    vllm, model = concurrent(block, unit, variant, num_blocks=20, models=models)
+    vllm, model = concurrent(
+        block, unit, variant, num_blocks=20, models=models, async_scheduling=scheduling == "async"
+    )
     assert vllm == model
     assert sum(models[0].stats.evictions.values()) > 0

@@ -213,6 +213,7 @@ def model_shape(run: EngineRun, unit: int) -> ModelShape:
         recurrent_groups=layout.recurrent_groups,
         capacity_bytes=(layout.num_blocks - 1) * layout.page_bytes,  # less vLLM's null block
         engine_steps=True,
+        async_scheduling=run.shape.async_scheduling,
     )
 
 

@@ -52,7 +52,10 @@ class Observed:
 @dataclass(frozen=True, slots=True)
 class ModelShape:
     """The model's geometry and mode. ``capacity_bytes`` finite with ``engine_steps``: the pool
-    runs each request's steps page by page, as vLLM's block pool does."""
+    runs each request's steps page by page, as vLLM's block pool does. ``async_scheduling``: the
+    engine schedules a step before the previous one's output arrives (vLLM's async scheduler),
+    so pages behind a request are freed one step later and decode blocks are cached one token
+    late; the CPU build schedules synchronously."""
 
     block_size: int
     unit: int
@@ -62,6 +65,7 @@ class ModelShape:
     capacity_bytes: float = float("inf")
     exported_twin: bool = False
     engine_steps: bool = False
+    async_scheduling: bool = False
 
 
 def _model(shape: ModelShape) -> HybridPrefixCache:
@@ -77,7 +81,7 @@ def _model(shape: ModelShape) -> HybridPrefixCache:
         geometry,
         capacity_bytes=shape.capacity_bytes,
         engine_steps=shape.engine_steps,
-        async_lag=shape.engine_steps,
+        async_lag=shape.engine_steps and shape.async_scheduling,
     )
     return HybridPrefixCache(config)
 
