@@ -320,14 +320,16 @@ def _weather_tools(description: str) -> list[dict[str, Any]]:
 def test_kept_tools_json_is_replayed_and_dropped_when_a_tool_is_edited_in_place(
     name: str, variant: str, target: str
 ) -> None:
-    """A session keeps its tools' ``tojson`` texts while the tools are exactly the same, and a
-    tool edited in place (the same dict objects) is serialized again: every turn equals cold."""
+    """A session keeps its tools' ``tojson`` texts from the second request that sends exactly
+    the same tools on, and a tool edited in place (the same dict objects) is serialized again:
+    every turn equals cold."""
     fam = family(name)
     session = fam.session()
     tools = _weather_tools("Current weather.")
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Oslo?"}]
     hits = []
-    for turn, description in enumerate(["Current weather.", "Current weather.", "Weather, edited in place."]):
+    descriptions = ["Current weather."] * 3 + ["Weather, edited in place."] * 3
+    for turn, description in enumerate(descriptions):
         tools[0]["function"]["description"] = description
         messages = [
             *messages,
@@ -341,5 +343,6 @@ def test_kept_tools_json_is_replayed_and_dropped_when_a_tool_is_edited_in_place(
         kept = session._tools_json
         hits.append(kept.hits if kept is not None else 0)
     if name in ("qwen3_5", "qwen3"):  # templates that write each tool with ``tojson``
-        # turn 1 reuses turn 0's texts; the edit starts a new memo, which turn 2 fills
-        assert hits[1] > hits[0] == 0 and hits[2] == 0
+        # turn 1 makes the memo and fills it, turn 2 replays it; the edit drops it (turn 3),
+        # turn 4 makes a new one, turn 5 replays it
+        assert hits[0] == hits[1] == 0 < hits[2] and hits[3] == hits[4] == 0 < hits[5]

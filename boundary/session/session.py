@@ -54,6 +54,7 @@ from boundary.request.validation import (
 )
 from boundary.session.ids import KeptIds
 from boundary.session.incremental.store import Incremental
+from boundary.session.kept_tools import TOOLS
 from boundary.tokenize.rendering import Rendering
 from boundary.tokenize.segments import Clock
 
@@ -276,19 +277,23 @@ class Session:
 
     def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool, target: RenderTarget) -> None:
         """Validate and normalize ``tools`` unless exactly these were, under this ``strict``
-        and ``target``; their ``tojson`` texts are kept (``boundary.render.sandbox.kept_json``) as long
-        as they are."""
+        and ``target``, by this session or another of the process (``kept_tools.TOOLS``);
+        their ``tojson`` texts are kept (``boundary.render.sandbox.kept_json``) from the
+        second request that sends them on, as long as they are unchanged."""
         if tools is None:
             self._tools, self._tools_key, self._tools_bytes, self._tools_json = None, None, 0, None
             return
         key = items_key(tools)
-        if key is None or (strict, target.name, key) != self._tools_key:
+        if key is None:  # no exact key: validated each time, nothing kept
             sent = [as_read(t) for t in tools]
             self._tools = template_tools(target, parse_tools(tools, strict=strict), sent)
-            self._tools_key = None if key is None else (strict, target.name, key)
-            self._tools_bytes = held_bytes(self._tools) + held_bytes(self._tools_key)
-            # the JSON is kept only for tools known unchanged by their key
-            self._tools_json = None if key is None else KeptJson(self._tools)
+            self._tools_key, self._tools_bytes, self._tools_json = None, held_bytes(self._tools), None
+        elif (strict, target.name, key) != self._tools_key:
+            kept = TOOLS.get(tools, key, strict, target)
+            self._tools, self._tools_key, self._tools_bytes = kept.tools, kept.key, kept.nbytes
+            self._tools_json = None
+        elif self._tools_json is None:  # the same tools again: their JSON is worth keeping
+            self._tools_json = KeptJson(self._tools)
 
     def _encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
         """``text``'s ids and token map, the kept ids reused (``KeptIds.encode``), counted."""
