@@ -320,29 +320,32 @@ def _weather_tools(description: str) -> list[dict[str, Any]]:
 def test_kept_tools_json_is_replayed_and_dropped_when_a_tool_is_edited_in_place(
     name: str, variant: str, target: str
 ) -> None:
-    """A session keeps its tools' ``tojson`` texts from the second request that sends exactly
-    the same tools on, and a tool edited in place (the same dict objects) is serialized again:
-    every turn equals cold."""
+    """A session's tools' ``tojson`` texts are kept with the tool list and replayed while the
+    tools are exactly the same; a tool edited in place (the same dict objects) is serialized
+    again: every turn equals cold."""
     fam = family(name)
     session = fam.session()
-    tools = _weather_tools("Current weather.")
+    tools = _weather_tools(f"Current weather ({name}, {target}).")  # a list no other test sends
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Oslo?"}]
-    hits = []
-    descriptions = ["Current weather."] * 3 + ["Weather, edited in place."] * 3
-    for turn, description in enumerate(descriptions):
-        tools[0]["function"]["description"] = description
+    replays = []
+    for turn, edited in enumerate([False, False, True, True]):
+        if edited:
+            tools[0]["function"]["description"] = f"Weather, edited in place ({name}, {target})."
         messages = [
             *messages,
             {"role": "assistant", "content": f"answer {turn}"},
             {"role": "user", "content": "?"},
         ]
+        kept_before = session._tools_json
+        before = kept_before.hits if kept_before is not None else 0
         warm = session.render(messages, tools, variant=variant, target=target)
         cold = fam.render(copy.deepcopy(messages), copy.deepcopy(tools), variant=variant, target=target)
         assert (warm.text, warm.token_ids, warm.u_end) == (cold.text, cold.token_ids, cold.u_end)
-        assert description in warm.text
+        assert tools[0]["function"]["description"] in warm.text
         kept = session._tools_json
-        hits.append(kept.hits if kept is not None else 0)
+        assert kept is not None
+        replays.append(kept.hits - (before if kept is kept_before else 0))
     if name in ("qwen3_5", "qwen3"):  # templates that write each tool with ``tojson``
-        # turn 1 makes the memo and fills it, turn 2 replays it; the edit drops it (turn 3),
-        # turn 4 makes a new one, turn 5 replays it
-        assert hits[0] == hits[1] == 0 < hits[2] and hits[3] == hits[4] == 0 < hits[5]
+        # turn 0 fills the list's memo, turn 1 replays it; the edit is a new list (turn 2 fills
+        # its memo), turn 3 replays that
+        assert replays[0] == 0 < replays[1] and replays[2] == 0 < replays[3]

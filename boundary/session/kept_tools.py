@@ -8,7 +8,7 @@ Invariants: an entry answers only for the exact content it was made from (the ke
 tools' exact content, key order and value types kept) under one ``strict_request`` and one
 render target; its template tools are private deep copies (``template_tools``) that no caller
 can reach and nothing changes (templates run in the immutable sandbox), so sessions share
-them. A list that fails validation is never kept: it raises again on each request. At most
+them, and their ``tojson`` texts (``KeptJson``). A list that fails validation is never kept: it raises again on each request. At most
 ``MAX_ENTRIES`` are kept, least recently used dropped first; a session keeps its entry alive
 while it holds it.
 """
@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from boundary.footprint import held_bytes
+from boundary.render.sandbox.kept_json import KeptJson
 from boundary.render.target import RenderTarget, template_tools
 from boundary.request.identity import ContentKey, as_read
 from boundary.request.validation import parse_tools
@@ -31,12 +32,15 @@ MAX_ENTRIES = 64
 
 @dataclass(frozen=True, slots=True)
 class KeptTools:
-    """One tool list, validated and in the form its template reads; ``nbytes`` counts the
-    template tools and the key (``held_bytes``), as a session holding them counts them."""
+    """One tool list, validated and in the form its template reads, with its ``tojson`` texts
+    as renders make them (``json``, shared by the sessions holding the list); ``nbytes``
+    counts the template tools and the key (``held_bytes``), as a session holding them counts
+    them."""
 
     key: tuple[bool, str, ContentKey]  # (strict_request, target name, the tools' content key)
     tools: list[dict[str, Any]]
     nbytes: int
+    json: KeptJson
 
 
 class ToolsMemo:
@@ -63,7 +67,7 @@ class ToolsMemo:
         sent = [as_read(t) for t in tools]
         made = template_tools(target, parse_tools(tools, strict=strict), sent)
         assert made is not None
-        built = KeptTools(full, made, held_bytes(made) + held_bytes(full))
+        built = KeptTools(full, made, held_bytes(made) + held_bytes(full), KeptJson(made))
         with self._lock:
             kept = self._entries.setdefault(full, built)
             self._entries.move_to_end(full)

@@ -277,9 +277,8 @@ class Session:
 
     def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool, target: RenderTarget) -> None:
         """Validate and normalize ``tools`` unless exactly these were, under this ``strict``
-        and ``target``, by this session or another of the process (``kept_tools.TOOLS``);
-        their ``tojson`` texts are kept (``boundary.render.sandbox.kept_json``) from the
-        second request that sends them on, as long as they are unchanged."""
+        and ``target``, by this session or another of the process (``kept_tools.TOOLS``), whose
+        ``tojson`` texts are then replayed (``boundary.render.sandbox.kept_json``)."""
         if tools is None:
             self._tools, self._tools_key, self._tools_bytes, self._tools_json = None, None, 0, None
             return
@@ -291,9 +290,7 @@ class Session:
         elif (strict, target.name, key) != self._tools_key:
             kept = TOOLS.get(tools, key, strict, target)
             self._tools, self._tools_key, self._tools_bytes = kept.tools, kept.key, kept.nbytes
-            self._tools_json = None
-        elif self._tools_json is None:  # the same tools again: their JSON is worth keeping
-            self._tools_json = KeptJson(self._tools)
+            self._tools_json = kept.json
 
     def _encode(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
         """``text``'s ids and token map, the kept ids reused (``KeptIds.encode``), counted."""
