@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -320,6 +321,17 @@ def run_summary(
     }
 
 
+def run_line(run: dict[str, Any]) -> str:
+    """One run's figures in a line: reuse over the prompt, the model's agreement, evictions."""
+    prompt = run["prompt_tokens"] or 1
+    agreement = "n/a" if run["model_agreement"] is None else f"{run['model_agreement']:.2%}"
+    return (
+        f"reused {run['reused_tokens']:,} of {run['prompt_tokens']:,} prompt tokens "
+        f"({run['reused_tokens'] / prompt:.1%}), model {run['model_reused_tokens'] or 0:,}, "
+        f"agreement {agreement} ({run['disagreements']} differ), {run['evictions']:,} evictions"
+    )
+
+
 def run_unit(
     stream: Stream, geometry: CacheGeometry, config: EngineExperimentConfig, say: Progress
 ) -> dict[str, Any]:
@@ -333,7 +345,9 @@ def run_unit(
         runs = []
         for policy in engine_policies(config.policies):
             say(f"  {policy.value}: {len(stream)} requests on the engine")
+            began = time.perf_counter()
             runs.append({**run_policy(run, sessions, policy, plan, evictions), "unit": geometry.unit})
+            say(f"  {policy.value}: {run_line(runs[-1])} in {time.perf_counter() - began:.0f} s")
         layout = run.layout
     finally:
         run.close()
