@@ -7,10 +7,10 @@ request's tools by their exact content key (``boundary.request.identity.items_ke
 Invariants: an entry answers only for the exact content it was made from (the key holds the
 tools' exact content, key order and value types kept) under one ``strict_request`` and one
 render target; its template tools are private deep copies (``template_tools``) that no caller
-can reach and nothing changes (templates run in the immutable sandbox), so sessions share
-them, and their ``tojson`` texts (``KeptJson``). A list that fails validation is never kept: it raises again on each request. At most
-``MAX_ENTRIES`` are kept, least recently used dropped first; a session keeps its entry alive
-while it holds it.
+can reach and nothing changes (templates run in the immutable sandbox), so sessions share them
+and their ``tojson`` texts (``KeptJson``). A list that fails validation is never kept: it
+raises again on each request. At most ``MAX_ENTRIES`` are kept, least recently used dropped
+first; a session keeps its entry alive while it holds it.
 """
 
 from __future__ import annotations
