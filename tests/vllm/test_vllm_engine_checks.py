@@ -4,8 +4,6 @@ vLLM's real scheduler classes, built as ``--scheduler-cls`` builds them."""
 from __future__ import annotations
 
 import dataclasses
-import logging
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,23 +21,6 @@ from boundary.checkpoints.retention import Variant
 from tests.vllm.streams import turn
 
 pytestmark = pytest.mark.vllm
-
-
-@pytest.fixture
-def warnings() -> Iterator[list[str]]:
-    """The plugin's log lines (its logger sits under vLLM's, which does not propagate)."""
-    lines: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda record: lines.append(record.getMessage())
-    logger = logging.getLogger("vllm.boundary_vllm.scheduler")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(handler)
-    try:
-        yield lines
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
 
 
 def build(cls: type, run: Replay):

