@@ -179,13 +179,26 @@ def test_openai_sdk_message_objects_edited_in_place_and_resent_are_seen(name: st
 
 
 def test_unchanged_messages_are_not_revalidated_and_changed_ones_are() -> None:
-    """Keys cost no reuse: resending equal content (fresh objects) revalidates nothing new."""
+    """Keys cost no reuse: resending equal content (fresh objects) revalidates nothing new.
+    A short first request keeps no keys: the second validates its messages again."""
     session = family("qwen3_5").session()
+    session.render(_conversation({"a": 1, "b": "x"}))
+    assert session.stats.revalidated_messages == 3
+    session.render(_conversation({"a": 1, "b": "x"}))
+    assert session.stats.revalidated_messages == 3 + 3
+    session.render(_conversation({"a": 1, "b": "x"}))
+    assert session.stats.revalidated_messages == 3 + 3
+    session.render(_conversation({"b": "x", "a": 1}))
+    assert session.stats.revalidated_messages == 3 + 3 + 2  # from the assistant message on
+
+
+def test_a_long_first_request_keeps_its_messages() -> None:
+    """Only a short first request (fewer than ``min_messages``) leaves its messages unkept."""
+    fam = family("qwen3_5")
+    session = boundary.Session(fam.renderer, min_messages=2)
     session.render(_conversation({"a": 1, "b": "x"}))
     session.render(_conversation({"a": 1, "b": "x"}))
     assert session.stats.revalidated_messages == 3
-    session.render(_conversation({"b": "x", "a": 1}))
-    assert session.stats.revalidated_messages == 3 + 2  # from the assistant message on
 
 
 def test_a_request_that_fails_validation_leaves_the_session_as_it_was() -> None:

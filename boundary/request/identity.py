@@ -37,11 +37,11 @@ import pickle
 import threading
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from sys import getsizeof
 from typing import Any, NewType
 
 from pydantic import BaseModel
 
+from boundary.footprint import bytes_size
 from boundary.prefixes import common_prefix_length
 
 ContentKey = NewType("ContentKey", bytes)
@@ -173,9 +173,9 @@ class SeenPrefix:
         """Bytes held: the bytes of the last sequence and, until the next ``common``, of the
         one last passed to it, and each item's end (a list slot and an int)."""
         (body, ends), (pending, pending_ends) = (self._body, self._ends), self._next
-        held = getsizeof(body) + 40 * len(ends)
+        held = bytes_size(body) + 40 * len(ends)
         if pending is not body:  # else ``accept`` made it the last sequence
-            held += getsizeof(pending) + 40 * len(pending_ends)
+            held += bytes_size(pending) + 40 * len(pending_ends)
         return held
 
     def reset(self) -> None:

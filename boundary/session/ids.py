@@ -17,9 +17,8 @@ holds, counted as it changes.
 from __future__ import annotations
 
 from bisect import bisect_right
-from sys import getsizeof
 
-from boundary.footprint import ints_bytes
+from boundary.footprint import ints_bytes, list_size, str_size
 from boundary.memo import once_cache
 from boundary.offsets import TokenMap
 from boundary.prefixes import common_prefix_length
@@ -58,11 +57,11 @@ class KeptIds:
     @property
     def nbytes(self) -> int:
         return (
-            getsizeof(self.text)
-            + getsizeof(self.ids)
+            str_size(self.text)
+            + list_size(self.ids)
             + _OWN_INT * self.own_ints
-            + getsizeof(self.cut_chars)
-            + getsizeof(self.cut_tokens)
+            + list_size(self.cut_chars)
+            + list_size(self.cut_tokens)
             + ints_bytes(len(self.cut_chars) + len(self.cut_tokens))
         )
 
@@ -70,42 +69,50 @@ class KeptIds:
         """``text``'s ids and token map, reusing the kept ids up to the last safe cut at least
         ``cut_rule.lookahead`` chars inside the text both requests share."""
         tok = self._tok
+        if not self.text:  # nothing kept (a first request): no comparison
+            return self._first(text, clock)
         shared = shared_length(self.text, text)
         k = bisect_right(self.cut_chars, shared - tok.cut_rule.lookahead) - 1
-        start, start_token = (self.cut_chars[k], self.cut_tokens[k]) if k >= 0 else (0, 0)
+        if k < 0:  # no kept cut inside the shared text (every kept cut lies past 0)
+            return self._first(text, clock)
+        start, start_token = self.cut_chars[k], self.cut_tokens[k]
         suffix = tok.encode(text[start:], with_cuts=True, clock=clock)
         self.text = ""  # nothing is reused from ``ids`` unless this request's encode completes
-        if start == 0:  # nothing kept: a copy, never the list handed out
-            ids = suffix.ids
-            if len(ids) <= _OWN_INTS_MAX:
-                self.ids, self.own_ints = ids.copy(), len(ids)
-            else:
-                self.ids, self.own_ints = _shared(self._vocabulary_ints(), ids), 0
+        kept = self.ids
+        del kept[start_token:]
+        own = self.own_ints = min(self.own_ints, start_token)
+        if own == start_token and own + len(suffix.ids) <= _OWN_INTS_MAX:
+            kept += suffix.ids  # all kept ids still their own: these too
+            self.own_ints += len(suffix.ids)
         else:
-            kept = self.ids
-            del kept[start_token:]
-            own = self.own_ints = min(self.own_ints, start_token)
-            if own == start_token and own + len(suffix.ids) <= _OWN_INTS_MAX:
-                kept += suffix.ids  # all kept ids still their own: these too
-                self.own_ints += len(suffix.ids)
-            else:
-                kept += _shared(self._vocabulary_ints(), suffix.ids)
-            ids = kept.copy()
+            kept += _shared(self._vocabulary_ints(), suffix.ids)
+        ids = kept.copy()
         new_chars, new_tokens = suffix.cut_chars or [], suffix.cut_tokens or []
         skip = bisect_right(new_chars, 0)  # cuts at the suffix's start: the kept cut, or none
-        if start:
-            new_chars = [start + c for c in new_chars[skip:]]
-            new_tokens = [start_token + t for t in new_tokens[skip:]]
-        elif skip:
-            new_chars, new_tokens = new_chars[skip:], new_tokens[skip:]
         # new lists: a token map handed out earlier holds the old ones
-        chars = self.cut_chars[: k + 1] + new_chars
-        tokens = self.cut_tokens[: k + 1] + new_tokens
+        chars = self.cut_chars[: k + 1] + [start + c for c in new_chars[skip:]]
+        tokens = self.cut_tokens[: k + 1] + [start_token + t for t in new_tokens[skip:]]
         self.text, self.cut_chars, self.cut_tokens = text, chars, tokens
         self.reused, self.encoded = start_token, len(suffix.ids)
-        if start == 0:
-            return ids, suffix.token_map
         return ids, CutTokenMap(text, chars, tokens, ids, tok.segment_map)
+
+    def _first(self, text: str, clock: Clock | None) -> tuple[list[int], TokenMap]:
+        """``encode`` reusing nothing: ``text`` encoded in full and kept (a copy of its ids,
+        never the list handed out; its cut lists, which are never changed in place)."""
+        encoded = self._tok.encode(text, with_cuts=True, clock=clock)
+        ids = encoded.ids
+        self.text = ""
+        if len(ids) <= _OWN_INTS_MAX:
+            self.ids, self.own_ints = ids.copy(), len(ids)
+        else:
+            self.ids, self.own_ints = _shared(self._vocabulary_ints(), ids), 0
+        chars, tokens = encoded.cut_chars or [], encoded.cut_tokens or []
+        if chars and chars[0] == 0:  # a cut at the start reuses nothing
+            skip = bisect_right(chars, 0)
+            chars, tokens = chars[skip:], tokens[skip:]
+        self.text, self.cut_chars, self.cut_tokens = text, chars, tokens
+        self.reused, self.encoded = 0, len(ids)
+        return ids, encoded.token_map
 
     def _vocabulary_ints(self) -> list[int]:
         if self._ints is None:

@@ -34,10 +34,9 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from sys import getsizeof
 from typing import Any
 
-from boundary.footprint import held_bytes
+from boundary.footprint import held_bytes, list_size, set_size
 from boundary.offsets import TokenMap
 from boundary.render.options import RenderOptions
 from boundary.render.sandbox.kept_json import ACTIVE_KEPT_JSON, KeptJson
@@ -117,6 +116,25 @@ class Session:
     render at a cost independent of the conversation's length.
     """
 
+    __slots__ = (
+        "_call_ids",
+        "_incremental",
+        "_kept",
+        "_lock",
+        "_normalized",
+        "_normalized_bytes",
+        "_opening",
+        "_parsed_under",
+        "_seen",
+        "_tools",
+        "_tools_bytes",
+        "_tools_json",
+        "_tools_key",
+        "family",
+        "nbytes",
+        "stats",
+    )
+
     def __init__(
         self, family: Renderer, *, incremental: bool = True, min_messages: int = MIN_INCREMENTAL_MESSAGES
     ) -> None:
@@ -131,6 +149,7 @@ class Session:
         self._normalized_bytes = [0]  # [k]: ``held_bytes`` of ``_normalized[:k]``
         # (arguments, strict_request, target, variant) the kept messages were normalized under
         self._parsed_under: tuple[ArgumentsForm | None, bool, str, str] | None = None
+        self._opening = True  # no request prepared yet
         self._tools_key: tuple[bool, str, ContentKey] | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._tools_bytes = 0
@@ -231,8 +250,8 @@ class Session:
             + self._kept.nbytes
             + self._seen.nbytes
             + self._normalized_bytes[-1]
-            + getsizeof(self._normalized)
-            + getsizeof(self._call_ids)
+            + list_size(self._normalized)
+            + set_size(self._call_ids)
             + _CALL_ID * len(self._call_ids)
             + self._tools_bytes
             + (self._tools_json.nbytes if self._tools_json is not None else 0)
@@ -248,7 +267,8 @@ class Session:
         variant: str,
     ) -> list[dict[str, Any]]:
         """The normalized messages: those whose key matches the one kept at the same index
-        (a prefix) are reused, the rest validated and normalized again."""
+        (a prefix) are reused, the rest validated and normalized again. A first request of
+        fewer than ``min_messages`` messages keeps none (the second keys them all)."""
         if type(messages) is not list and (
             isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)
         ):
@@ -257,16 +277,18 @@ class Session:
             self._seen.reset()
             self._normalized, self._normalized_bytes, self._call_ids = [], [0], set()
             self._parsed_under = (arguments, strict, target.name, variant)
+        if self._opening:
+            self._opening = False
+            if len(messages) < self._incremental.min_messages:
+                # kept by the second request: a conversation that never returns pays
+                # nothing for its keys, and the second validates these few messages again
+                self.stats.revalidated_messages += len(messages)
+                return self._validate(messages, 0, set(), arguments, strict, target, variant)
         keep = min(self._seen.common(messages), len(self._normalized))
         tail = messages[keep:]
         head_ids = self._call_ids if keep == len(self._normalized) else call_ids_of(self._normalized[:keep])
         call_ids = set(head_ids)  # validation adds the tail's to it
-        if target.family_conventions:
-            parsed = parse_messages_or_plain(tail, first_index=keep, call_ids=call_ids, strict=strict)
-            normalized = self.family.normalize_parsed(parsed, arguments, variant=variant, target=target)
-        else:
-            models = parse_messages(tail, first_index=keep, call_ids=call_ids, strict=strict)
-            normalized = self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
+        normalized = self._validate(tail, keep, call_ids, arguments, strict, target, variant)
         self._normalized = self._normalized[:keep] + normalized
         del self._normalized_bytes[keep + 1 :]
         _extend_sums(self._normalized_bytes, map(held_bytes, normalized))
@@ -274,6 +296,24 @@ class Session:
         self._seen.accept()
         self.stats.revalidated_messages += len(tail)
         return list(self._normalized)
+
+    def _validate(
+        self,
+        tail: Sequence[Any],
+        first_index: int,
+        call_ids: set[str],
+        arguments: ArgumentsForm | None,
+        strict: bool,
+        target: RenderTarget,
+        variant: str,
+    ) -> list[dict[str, Any]]:
+        """``tail`` (the request's messages from ``first_index``) validated and normalized;
+        adds their tool-call ids to ``call_ids``."""
+        if target.family_conventions:
+            parsed = parse_messages_or_plain(tail, first_index=first_index, call_ids=call_ids, strict=strict)
+            return self.family.normalize_parsed(parsed, arguments, variant=variant, target=target)
+        models = parse_messages(tail, first_index=first_index, call_ids=call_ids, strict=strict)
+        return self.family.normalize(models, arguments, variant=variant, target=target, sent=tail)
 
     def _prepare_tools(self, tools: Sequence[Any] | None, strict: bool, target: RenderTarget) -> None:
         """Validate and normalize ``tools`` unless exactly these were, under this ``strict``

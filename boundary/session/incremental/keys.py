@@ -29,7 +29,7 @@ class Keys:
     def __init__(self) -> None:
         self._kept: dict[int, tuple[Any, Any]] = {}
         self._memo: dict[int, tuple[Any, Any]] = {}
-        self._key = ContentKeyer().key
+        self._keyer: ContentKeyer | None = None  # made at the first key: a short conversation needs none
         self._kept_bytes = self._memo_bytes = 0  # ``_size`` of the keys each holds
 
     @property
@@ -63,17 +63,23 @@ class Keys:
             known = self._kept.get(id(value)) or self._memo.get(id(value))
             if known is not None and known[0] is value:
                 return known[1]
-            key = self._key(value)
+            key = self._content_key(value)
             self._memo[id(value)] = (value, key)
             self._memo_bytes += _size(key)
             return key
         if kind is float:
-            return self._key(value)
+            return self._content_key(value)
         if isinstance(value, jinja2.Undefined):
             return (kind, value._undefined_name, value._undefined_hint)
         if kind is Markup:
             return (kind, str(value))
         return None
+
+    def _content_key(self, value: Any) -> Any:
+        keyer = self._keyer
+        if keyer is None:
+            keyer = self._keyer = ContentKeyer()
+        return keyer.key(value)
 
 
 def _size(key: Any) -> int:
