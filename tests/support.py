@@ -144,3 +144,10 @@ WEATHER_TOOLS = [
         },
     }
 ]
+
+
+def keyed_session(fam: boundary.Family) -> boundary.Session:
+    """A session that keys every request's messages, however short (by default a request of
+    fewer than ``MIN_KEYED_MESSAGES`` is validated in full), so that a test of what keys
+    decide exercises them."""
+    return boundary.Session(fam.renderer, min_keyed_messages=0)

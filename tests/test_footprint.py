@@ -37,4 +37,8 @@ def test_held_bytes_walks_containers_and_errs_high_for_shared_items() -> None:
         + getsizeof("c")
     )
     assert held_bytes(value) == expected
+    mixed = [None, True, 1, 2**100, 1.5, "é", b"x", {"k": [1, (2, "3")]}, 2j]
+    assert held_bytes(mixed) == getsizeof(mixed) + sum(map(getsizeof, mixed)) + getsizeof("k") + getsizeof(
+        [1, (2, "3")]
+    ) + getsizeof(1) + getsizeof((2, "3")) + getsizeof(2) + getsizeof("3")
     assert strings_bytes(("a", "bc")) == getsizeof(("a", "bc")) + getsizeof("a") + getsizeof("bc")

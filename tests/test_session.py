@@ -10,7 +10,7 @@ import pytest
 
 import boundary
 from boundary.shipped.datasets import tau_bench_airline
-from tests.support import FIXED_NOW, family, fixture_cases, kwarg_settings, shipped_variants
+from tests.support import FIXED_NOW, family, fixture_cases, keyed_session, kwarg_settings, shipped_variants
 
 
 def _requests(trajectories: list[list[dict]]) -> list[tuple[int, list[dict]]]:
@@ -91,7 +91,7 @@ def test_sessions_equal_cold_renders_on_the_whole_tau_bench_replay(name: str, va
 @pytest.mark.parametrize(("name", "variant"), shipped_variants())
 def test_sessions_equal_cold_renders_over_the_fixture_corpus(name: str, variant: str) -> None:
     fam = family(name)
-    session = fam.session()
+    session = keyed_session(fam)
     for case in fixture_cases():
         for cut in range(1, len(case["messages"]) + 1):
             request = case["messages"][:cut]
@@ -109,7 +109,7 @@ def test_dropped_reasoning_moves_the_reuse_point_back_to_where_the_texts_differ(
     fam = family("qwen3_5")
     traj = _with_reasoning([tau_bench_airline()[0]])[0]
     users = [i for i, m in enumerate(traj) if m["role"] == "user"]
-    session = fam.session()
+    session = keyed_session(fam)
     in_loop = traj[: users[2] + 1]  # reasoning of the turn after users[1] is rendered
     session.render(in_loop[:-1])
     first = session.render(in_loop)  # a new user message: earlier reasoning disappears
@@ -120,7 +120,7 @@ def test_dropped_reasoning_moves_the_reuse_point_back_to_where_the_texts_differ(
 
 def test_a_new_date_reencodes_from_the_date_on() -> None:
     fam = family("gpt_oss")
-    session = fam.session()
+    session = keyed_session(fam)
     msgs = [
         {"role": "user", "content": "hi"},
         {"role": "assistant", "content": "hello"},
@@ -135,7 +135,7 @@ def test_a_new_date_reencodes_from_the_date_on() -> None:
 
 def test_messages_mutated_in_place_between_turns_are_seen() -> None:
     fam = family("qwen3_5")
-    session = fam.session()
+    session = keyed_session(fam)
     msgs = [{"role": "user", "content": "first"}]
     session.render(msgs)
     msgs[0]["content"] = "changed"
@@ -154,7 +154,7 @@ def test_a_caller_changing_the_ids_it_was_given_leaves_the_session_right() -> No
         lambda ids: ids.__delitem__(slice(-3, None)),
         lambda ids: ids.reverse(),
     ):
-        session = fam.session()
+        session = keyed_session(fam)
         earlier = None
         for request in requests:
             warm = session.render(request)
@@ -169,7 +169,7 @@ def test_a_caller_changing_the_ids_it_was_given_leaves_the_session_right() -> No
 def test_tools_and_sanitizing_can_change_mid_session() -> None:
     fam = family("qwen3_5")
     case = next(c for c in fixture_cases() if c["name"] == "tool_loop_two_steps")
-    session = fam.session()
+    session = keyed_session(fam)
     for cut in range(2, len(case["messages"]) + 1):
         tools = case["tools"] if cut % 2 else case["tools"][:1]
         sanitize = cut % 3 == 0
@@ -181,7 +181,7 @@ def test_tools_and_sanitizing_can_change_mid_session() -> None:
 
 
 def test_bad_messages_in_a_session_name_their_absolute_index() -> None:
-    session = family("qwen3_5").session()
+    session = keyed_session(family("qwen3_5"))
     ok = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     session.render(ok[:1])
     with pytest.raises(boundary.RequestError, match=r"messages\[2\]\.tool_call_id"):

@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict
 
 import boundary
 from boundary.errors import BoundaryError
-from tests.support import family
+from boundary.session.session import MIN_KEYED_MESSAGES
+from tests.support import family, keyed_session
 
 FAMILIES = [("qwen3_5", "think"), ("qwen3", "current"), ("gpt_oss", "harmony"), ("nemotron_3", "nano")]
 _SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -68,7 +69,7 @@ def equal_but_not_identical(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, 
 def _check_turns(name: str, variant: str, requests: list[tuple[list[Any], Any]]) -> None:
     """Every request rendered in one session equals its cold render."""
     fam = family(name)
-    session = fam.session()
+    session = keyed_session(fam)
     for messages, tools in requests:
         cold = fam.render(copy.deepcopy(messages), copy.deepcopy(tools), variant=variant)
         warm = session.render(messages, tools, variant=variant)
@@ -116,7 +117,7 @@ def test_dict_messages_edited_in_place_and_resent_are_seen(
 ) -> None:
     before, after = edit
     fam = family(name)
-    session = fam.session()
+    session = keyed_session(fam)
     messages = _conversation(dict(before))
     session.render(messages, variant=variant)
     arguments = messages[1]["tool_calls"][0]["function"]["arguments"]
@@ -145,7 +146,7 @@ def test_pydantic_messages_edited_in_place_and_resent_are_seen(
 ) -> None:
     before, after = edit
     fam = family(name)
-    session = fam.session()
+    session = keyed_session(fam)
     messages = [ClientMessage(**m) for m in _conversation(dict(before))]
     session.render(messages, variant=variant)
     assert messages[1].tool_calls is not None
@@ -170,7 +171,7 @@ def test_openai_sdk_message_objects_edited_in_place_and_resent_are_seen(name: st
         {"role": "tool", "tool_call_id": "call_1", "content": "ok"},
     ]
     fam = family(name)
-    session = fam.session()
+    session = keyed_session(fam)
     session.render(messages, variant=variant)
     reply.content = "booked"
     call.function.arguments = '{"b": "x", "a": 1.0}'
@@ -179,33 +180,36 @@ def test_openai_sdk_message_objects_edited_in_place_and_resent_are_seen(name: st
 
 
 def test_unchanged_messages_are_not_revalidated_and_changed_ones_are() -> None:
-    """Keys cost no reuse: resending equal content (fresh objects) revalidates nothing new.
-    A short first request keeps no keys: the second validates its messages again."""
-    session = family("qwen3_5").session()
+    """Keys cost no reuse: resending equal content (fresh objects) revalidates nothing new."""
+    session = keyed_session(family("qwen3_5"))
+    session.render(_conversation({"a": 1, "b": "x"}))
     session.render(_conversation({"a": 1, "b": "x"}))
     assert session.stats.revalidated_messages == 3
-    session.render(_conversation({"a": 1, "b": "x"}))
-    assert session.stats.revalidated_messages == 3 + 3
-    session.render(_conversation({"a": 1, "b": "x"}))
-    assert session.stats.revalidated_messages == 3 + 3
     session.render(_conversation({"b": "x", "a": 1}))
-    assert session.stats.revalidated_messages == 3 + 3 + 2  # from the assistant message on
+    assert session.stats.revalidated_messages == 3 + 2  # from the assistant message on
 
 
-def test_a_long_first_request_keeps_its_messages() -> None:
-    """Only a short first request (fewer than ``min_messages``) leaves its messages unkept."""
+def test_a_short_request_is_validated_in_full_and_keeps_no_keys() -> None:
+    """By default a request of fewer than ``MIN_KEYED_MESSAGES`` keeps no keys (keying costs
+    what validating again does); the first longer one keys all its messages, the next reuses
+    them, and a short request after that starts over. Every result equals the cold render."""
     fam = family("qwen3_5")
-    session = boundary.Session(fam.renderer, min_messages=2)
-    session.render(_conversation({"a": 1, "b": "x"}))
-    session.render(_conversation({"a": 1, "b": "x"}))
-    assert session.stats.revalidated_messages == 3
+    session = fam.session()
+    short = _conversation({"a": 1, "b": "x"})
+    longer = [*short, {"role": "assistant", "content": "booked"}, {"role": "user", "content": "thanks"}]
+    assert len(short) < MIN_KEYED_MESSAGES <= len(longer)
+    counts = []
+    for request in (short, short, longer, longer, short, longer):
+        assert session.render(request).token_ids == fam.render(request).token_ids
+        counts.append(session.stats.revalidated_messages)
+    assert counts == [3, 6, 11, 11, 14, 19]
 
 
 def test_a_request_that_fails_validation_leaves_the_session_as_it_was() -> None:
     """What a session keeps moves on only with a request that validated: resending the failed
     request fails again, and the next good one renders as a cold render does."""
     fam = family("qwen3_5")
-    session = fam.session()
+    session = keyed_session(fam)
     head = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "a"}]
     bad = [*head, {"role": "tool", "tool_call_id": "nope", "content": "r"}]
     good = [*head, {"role": "user", "content": "next"}]
@@ -240,7 +244,7 @@ def test_a_session_revalidates_when_strict_request_is_turned_on(
     messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, field: str
 ) -> None:
     fam = family("qwen3_5")
-    session = fam.session()
+    session = keyed_session(fam)
     lenient = session.render(messages, tools)
     with pytest.raises(boundary.RequestError, match=field):
         fam.render(messages, tools, strict_request=True)
@@ -302,7 +306,7 @@ def test_thirty_turns_with_an_lstrip_token_encode_only_what_each_turn_changed(ma
     fam = make()
     assert not fam.tokenizer.cut_rule.starts >= fam.tokenizer.cut_rule.ends  # an lstrip token: no start cut
     calls = _counting(fam)
-    session = fam.session()
+    session = keyed_session(fam)
     lookahead = fam.tokenizer.cut_rule.lookahead
     messages: list[dict[str, Any]] = []
     previous = ""
@@ -337,7 +341,7 @@ def test_kept_tools_json_is_replayed_and_dropped_when_a_tool_is_edited_in_place(
     tools are exactly the same; a tool edited in place (the same dict objects) is serialized
     again: every turn equals cold."""
     fam = family(name)
-    session = fam.session()
+    session = keyed_session(fam)
     tools = _weather_tools(f"Current weather ({name}, {target}).")  # a list no other test sends
     messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Oslo?"}]
     replays = []

@@ -18,7 +18,7 @@ import boundary
 from boundary.session.incremental.store import compile_incremental
 from boundary.session.session import MIN_INCREMENTAL_MESSAGES
 from boundary.shipped.datasets import mt_bench_questions, mt_bench_reference_answers, tau_bench_airline
-from tests.support import family
+from tests.support import family, keyed_session
 
 Result = tuple[str, list[int], int | None, int]
 Request = list[dict[str, Any]]
@@ -84,7 +84,7 @@ def test_one_session_rendered_by_many_threads_gives_every_request_its_cold_resul
     fam = family(name)
     requests = _requests(tau_bench_airline()[trajectory])
     cold = _cold(fam, requests)
-    session = fam.session()
+    session = keyed_session(fam)
     assert _hammer(16, _render_all(session.render, requests, cold)) == []
 
 
@@ -219,7 +219,7 @@ def test_first_requests_arriving_together_compile_the_incremental_template_once(
 
     def first(rng: random.Random) -> list[str]:
         i = rng.randrange(len(requests))
-        session = fam.session()
+        session = keyed_session(fam)
         got = _result(session.render(requests[i]))
         failures = [] if got == cold[i] else [f"request {i} differs from cold"]
         if session.stats.full_render_reason is not None:

@@ -61,6 +61,9 @@ from boundary.tokenize.segments import Clock
 # iterations costs more than replaying them saves (on tau-bench and ShareGPT-like chats a
 # session re-running the template in full is faster up to 10-19 messages; docs/sessions.md)
 MIN_INCREMENTAL_MESSAGES = 16
+# A request of fewer messages is validated in full and keeps no message keys: keying a
+# message costs about what validating it again does (docs/sessions.md)
+MIN_KEYED_MESSAGES = 4
 # Bytes counted for a session that holds nothing yet: its objects, the incremental store's
 # and the exact-content keyer's (measured with tracemalloc: ``tests/test_session_bytes.py``).
 _EMPTY_SESSION = 8 * 1024
@@ -121,9 +124,9 @@ class Session:
         "_incremental",
         "_kept",
         "_lock",
+        "_min_keyed",
         "_normalized",
         "_normalized_bytes",
-        "_opening",
         "_parsed_under",
         "_seen",
         "_tools",
@@ -136,10 +139,16 @@ class Session:
     )
 
     def __init__(
-        self, family: Renderer, *, incremental: bool = True, min_messages: int = MIN_INCREMENTAL_MESSAGES
+        self,
+        family: Renderer,
+        *,
+        incremental: bool = True,
+        min_messages: int = MIN_INCREMENTAL_MESSAGES,
+        min_keyed_messages: int = MIN_KEYED_MESSAGES,
     ) -> None:
         """``incremental=False`` runs the template in full on every request; a request of fewer
-        than ``min_messages`` messages always does."""
+        than ``min_messages`` messages always does. A request of fewer than
+        ``min_keyed_messages`` messages is validated in full and keeps no message keys."""
         self.family = family
         self.stats = SessionStats()
         self._lock = threading.Lock()
@@ -149,7 +158,7 @@ class Session:
         self._normalized_bytes = [0]  # [k]: ``held_bytes`` of ``_normalized[:k]``
         # (arguments, strict_request, target, variant) the kept messages were normalized under
         self._parsed_under: tuple[ArgumentsForm | None, bool, str, str] | None = None
-        self._opening = True  # no request prepared yet
+        self._min_keyed = min_keyed_messages
         self._tools_key: tuple[bool, str, ContentKey] | None = None
         self._tools: list[dict[str, Any]] | None = None
         self._tools_bytes = 0
@@ -267,8 +276,8 @@ class Session:
         variant: str,
     ) -> list[dict[str, Any]]:
         """The normalized messages: those whose key matches the one kept at the same index
-        (a prefix) are reused, the rest validated and normalized again. A first request of
-        fewer than ``min_messages`` messages keeps none (the second keys them all)."""
+        (a prefix) are reused, the rest validated and normalized again. A request of fewer
+        than ``min_keyed_messages`` keeps none (the next keys them all)."""
         if type(messages) is not list and (
             isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)
         ):
@@ -277,13 +286,11 @@ class Session:
             self._seen.reset()
             self._normalized, self._normalized_bytes, self._call_ids = [], [0], set()
             self._parsed_under = (arguments, strict, target.name, variant)
-        if self._opening:
-            self._opening = False
-            if len(messages) < self._incremental.min_messages:
-                # kept by the second request: a conversation that never returns pays
-                # nothing for its keys, and the second validates these few messages again
-                self.stats.revalidated_messages += len(messages)
-                return self._validate(messages, 0, set(), arguments, strict, target, variant)
+        if len(messages) < self._min_keyed:
+            self._seen.reset()
+            self._normalized, self._normalized_bytes, self._call_ids = [], [0], set()
+            self.stats.revalidated_messages += len(messages)
+            return self._validate(messages, 0, set(), arguments, strict, target, variant)
         keep = min(self._seen.common(messages), len(self._normalized))
         tail = messages[keep:]
         head_ids = self._call_ids if keep == len(self._normalized) else call_ids_of(self._normalized[:keep])
