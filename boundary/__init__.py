@@ -39,7 +39,8 @@ from boundary.outputs import GeneratedOutput, OutputStatus, ParsedOutput, format
 from boundary.render.options import RenderOptions
 from boundary.render.sandbox import RenderLimits
 from boundary.renderer import Renderer
-from boundary.session.session import Session, SessionCache, SessionStats
+from boundary.session.cache import SessionCache
+from boundary.session.session import Session, SessionStats
 from boundary.tokenize.rendering import Rendering
 from boundary.tokenize.tokenizer import Tokenizer
 from boundary.verify.divergence import Cause

@@ -28,7 +28,8 @@ from boundary.outputs import GeneratedOutput
 from boundary.render.sandbox import DEFAULT_LIMITS, RenderLimits
 from boundary.renderer import Renderer
 from boundary.request.models import Message
-from boundary.session.session import DEFAULT_MAX_BYTES, Session, SessionCache
+from boundary.session.cache import DEFAULT_MAX_BYTES, SessionCache
+from boundary.session.session import Session
 from boundary.shipped.spec import (
     FamilySpec,
     HistoryRewrite,
@@ -188,7 +189,7 @@ class Family:
         """Sessions by id, safe to share between threads: at most ``capacity`` kept, holding
         at most ``max_bytes`` (default 256 MiB, as ``Session.nbytes`` counts them), the least
         recently used dropped first; a session larger than ``max_bytes`` alone is served but
-        not kept (see ``boundary.session.session.SessionCache``)."""
+        not kept (see ``boundary.session.cache.SessionCache``)."""
         return SessionCache(self.renderer, capacity, max_bytes=max_bytes)
 
     def verify_round_trip(
