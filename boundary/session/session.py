@@ -268,12 +268,10 @@ class Session:
         ):
             parse_messages(messages)  # type: ignore[arg-type]  # raises the usual error
         if (arguments, strict, target.name, variant) != self._parsed_under:
-            self._seen.reset()
-            self._normalized, self._normalized_bytes, self._call_ids = [], [0], set()
+            self._forget_messages()
             self._parsed_under = (arguments, strict, target.name, variant)
         if len(messages) < self._min_keyed:
-            self._seen.reset()
-            self._normalized, self._normalized_bytes, self._call_ids = [], [0], set()
+            self._forget_messages()
             self.stats.revalidated_messages += len(messages)
             return self._validate(messages, 0, set(), arguments, strict, target, variant)
         keep = min(self._seen.common(messages), len(self._normalized))
@@ -288,6 +286,10 @@ class Session:
         self._seen.accept()
         self.stats.revalidated_messages += len(tail)
         return list(self._normalized)
+
+    def _forget_messages(self) -> None:
+        self._seen.reset()
+        self._normalized, self._normalized_bytes, self._call_ids = [], [0], set()
 
     def _validate(
         self,
