@@ -25,6 +25,7 @@ from tokenizers import AddedToken, models, normalizers, pre_tokenizers, trainers
 
 import boundary
 from boundary.tokenize.segments import CutRule, cut_rule
+from tests.support import keyed_session
 
 _CORPUS = [
     "Hello there, I would like to change my flight please.",
@@ -216,7 +217,7 @@ def _requests() -> list[list[dict[str, str]]]:
 @pytest.mark.parametrize("name", list(LAYOUTS))
 def test_sessions_give_the_ids_of_a_full_render_and_of_transformers(name: str) -> None:
     fam = family(name)
-    session = fam.session()
+    session = keyed_session(fam)
     for request in _requests():
         warm = session.render(request)
         cold = fam.render(request)
@@ -364,7 +365,7 @@ def test_the_fast_path_normalizes_with_the_vocabularys_own_nfc() -> None:
     hf = fam.tokenizer.to_transformers(fam.template())
     expected = hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert fam.render(messages).token_ids == list(expected)
-    session = fam.session()
+    session = keyed_session(fam)
     session.render(messages)
     later = [*messages, {"role": "assistant", "content": text}, {"role": "user", "content": text}]
     assert session.render(later).token_ids == fam.render(later).token_ids

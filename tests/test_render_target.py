@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import boundary
 from boundary.render.options import RenderOptions
 from boundary.render.target import DEFAULT_TARGET, resolve_target, transformers_target
-from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases, loops_over_content
+from tests.support import FIXED_NOW, family, fixed_strftime, fixture_cases, keyed_session, loops_over_content
 
 TRANSFORMERS = tuple(int(p) for p in metadata.version("transformers").split(".")[:3])
 needs_5_24 = pytest.mark.skipif(
@@ -347,7 +347,7 @@ def test_an_unknown_target_is_a_typed_error(bad: str) -> None:
 
 def test_a_session_keys_on_the_target() -> None:
     fam = _custom(DUMP)
-    session = fam.session()
+    session = keyed_session(fam)
     for target in ["vllm-0.33", "transformers", "vllm-0.33", "transformers-5.24", "transformers-5.20"]:
         got = session.render(THINKING_ONLY, [ODD_TOOLS[0]], target=target)
         cold = fam.render(THINKING_ONLY, [ODD_TOOLS[0]], target=target)

@@ -19,6 +19,7 @@ from tests.support import (
     family,
     fixed_strftime,
     fixture_cases,
+    keyed_session,
     reference_request,
     reference_tokenizer,
 )
@@ -85,7 +86,7 @@ def test_arguments_nested_up_to_the_limit_render() -> None:
 @pytest.mark.parametrize("form", ["text", "object"])
 def test_arguments_nested_deeper_than_the_limit_are_a_typed_error(levels: int, form: str) -> None:
     arguments = _nested_text(levels) if form == "text" else _nested_object(levels)
-    for render in (family("qwen3_5").render, family("qwen3_5").session().render):
+    for render in (family("qwen3_5").render, keyed_session(family("qwen3_5")).render):
         with pytest.raises(boundary.RequestError) as info:
             render(_tool_turn(arguments))
         assert str(info.value) == (
