@@ -205,6 +205,23 @@ def test_a_short_request_is_validated_in_full_and_keeps_no_keys() -> None:
     assert counts == [3, 6, 11, 11, 14, 19]
 
 
+def test_a_short_first_request_keeps_no_ids_and_the_next_encodes_in_full() -> None:
+    """A session's first request, when short, costs what a cold render does: its ids are not
+    kept, so the next request reuses none and encodes in full; from then on ids are kept,
+    short requests included. Every result equals the cold render."""
+    fam = family("qwen3_5")
+    session = fam.session()
+    short = _conversation({"a": 1, "b": "x"})
+    longer = [*short, {"role": "assistant", "content": "booked"}, {"role": "user", "content": "thanks"}]
+    reused = []
+    for request in (short, short, short, longer):
+        rendered = session.render(request)
+        assert rendered.token_ids == fam.render(request).token_ids
+        reused.append(session.stats.reused_tokens)
+        assert session._kept.ids == (rendered.token_ids if len(reused) > 1 else [])
+    assert reused[0] == reused[1] == 0 < reused[2] < reused[3]
+
+
 def test_a_request_that_fails_validation_leaves_the_session_as_it_was() -> None:
     """What a session keeps moves on only with a request that validated: resending the failed
     request fails again, and the next good one renders as a cold render does."""

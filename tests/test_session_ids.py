@@ -67,8 +67,10 @@ def test_a_sessions_first_ids_are_its_own_ints_and_the_rest_are_interned() -> No
         own = kept.nbytes
         saved = kept.own_ints
         kept.own_ints = 0
+        kept._recount()
         assert own - kept.nbytes == 32 * saved
         kept.own_ints = saved
+        kept._recount()
     assert crossed
 
 

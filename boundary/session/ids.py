@@ -39,7 +39,18 @@ class KeptIds:
     its first request included, pays nothing for it); the rest are the shared ints of
     ``_ints``, interned as they are encoded (8 bytes an id, not 40)."""
 
-    __slots__ = ("_ints", "_tok", "cut_chars", "cut_tokens", "encoded", "ids", "own_ints", "reused", "text")
+    __slots__ = (
+        "_ints",
+        "_tok",
+        "cut_chars",
+        "cut_tokens",
+        "encoded",
+        "ids",
+        "nbytes",
+        "own_ints",
+        "reused",
+        "text",
+    )
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self._tok = tokenizer
@@ -53,10 +64,11 @@ class KeptIds:
         self.own_ints = 0
         self.cut_chars: list[int] = []
         self.cut_tokens: list[int] = []
+        self._recount()
 
-    @property
-    def nbytes(self) -> int:
-        return (
+    def _recount(self) -> None:
+        """``nbytes``: what the kept state holds, counted where it changes (and only there)."""
+        self.nbytes = (
             str_size(self.text)
             + list_size(self.ids)
             + _OWN_INT * self.own_ints
@@ -94,6 +106,7 @@ class KeptIds:
         tokens = self.cut_tokens[: k + 1] + [start_token + t for t in new_tokens[skip:]]
         self.text, self.cut_chars, self.cut_tokens = text, chars, tokens
         self.reused, self.encoded = start_token, len(suffix.ids)
+        self._recount()
         return ids, CutTokenMap(text, chars, tokens, ids, tok.segment_map)
 
     def _first(self, text: str, clock: Clock | None) -> tuple[list[int], TokenMap]:
@@ -112,6 +125,7 @@ class KeptIds:
             chars, tokens = chars[skip:], tokens[skip:]
         self.text, self.cut_chars, self.cut_tokens = text, chars, tokens
         self.reused, self.encoded = 0, len(ids)
+        self._recount()
         return ids, encoded.token_map
 
     def _vocabulary_ints(self) -> list[int]:

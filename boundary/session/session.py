@@ -60,10 +60,12 @@ from boundary.tokenize.segments import Clock
 # session re-running the template in full is faster up to 10-19 messages; docs/sessions.md)
 MIN_INCREMENTAL_MESSAGES = 16
 # A request of fewer messages is validated in full and keeps no message keys: keying a
-# message costs about what validating it again does (docs/sessions.md)
+# message costs about what validating it again does; a session's first such request keeps no
+# ids either, so a conversation's first request costs what a cold render does (docs/sessions.md)
 MIN_KEYED_MESSAGES = 4
 # Bytes counted for a session that holds nothing yet: its objects, the incremental store's
-# and the exact-content keyer's (measured with tracemalloc: ``tests/test_session_bytes.py``).
+# and the exact-content keyer's (measured with tracemalloc: ``tests/test_session_bytes.py``;
+# the keyer is made only at its first key, so an empty session's count errs high).
 _EMPTY_SESSION = 8 * 1024
 
 
@@ -107,6 +109,7 @@ class Session:
     __slots__ = (
         "_call_ids",
         "_incremental",
+        "_keep_ids",
         "_kept",
         "_lock",
         "_min_keyed",
@@ -149,6 +152,7 @@ class Session:
         self._tools_bytes = 0
         self._tools_json: KeptJson | None = None  # ``tojson`` of ``_tools``, kept while they are
         self._kept = KeptIds(family.tokenizer)  # the last request's text and ids
+        self._keep_ids = True  # False for a short first request: its ids are not kept
         self._incremental = Incremental(enabled=incremental, min_messages=min_messages)
         self.nbytes = self._count()
 
@@ -217,12 +221,13 @@ class Session:
         kept_json = None
         if self._tools_json is not None or ACTIVE_KEPT_JSON.get() is not None:
             kept_json = ACTIVE_KEPT_JSON.set(self._tools_json)
+        encoder = self._encode if self._keep_ids else self._encode_alone
         try:
             return fam.render_with_encoder(
                 normalized,
                 self._tools,
                 options,
-                encoder=None if sanitize else self._encode,
+                encoder=None if sanitize else encoder,
                 run=None if sanitize else self._incremental.run_template,
             )
         finally:
@@ -262,7 +267,8 @@ class Session:
     ) -> list[dict[str, Any]]:
         """The normalized messages: those whose key matches the one kept at the same index
         (a prefix) are reused, the rest validated and normalized again. A request of fewer
-        than ``min_keyed_messages`` keeps none (the next keys them all)."""
+        than ``min_keyed_messages`` keeps none (the next keys them all); if it is the
+        session's first, its ids are not kept either (the next encodes in full)."""
         if type(messages) is not list and (
             isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence)
         ):
@@ -270,7 +276,9 @@ class Session:
         if (arguments, strict, target.name, variant) != self._parsed_under:
             self._forget_messages()
             self._parsed_under = (arguments, strict, target.name, variant)
-        if len(messages) < self._min_keyed:
+        short = len(messages) < self._min_keyed
+        self._keep_ids = not short or self.stats.requests > 0
+        if short:
             self._forget_messages()
             self.stats.revalidated_messages += len(messages)
             return self._validate(messages, 0, set(), arguments, strict, target, variant)
@@ -334,6 +342,15 @@ class Session:
         stats.reused_tokens += kept.reused
         stats.encoded_tokens += kept.encoded
         return ids, token_map
+
+    def _encode_alone(self, text: str, clock: Clock | None = None) -> tuple[list[int], TokenMap]:
+        """A short first request's encode: in full, as a cold render's, nothing kept."""
+        if self._kept.text or self._kept.ids:
+            self._kept.clear()
+        encoded = self.family.tokenizer.encode(text, clock=clock)
+        self.stats.requests += 1
+        self.stats.encoded_tokens += len(encoded.ids)
+        return encoded.ids, encoded.token_map
 
 
 _CALL_ID = 96  # bytes counted per tool-call id kept: a short str and its set slot
