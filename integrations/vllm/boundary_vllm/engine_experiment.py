@@ -84,7 +84,8 @@ def stream_sessions(stream: Stream) -> list[list[StreamRequest]]:
 def engine_request(r: StreamRequest, policy: Variant) -> EngineRequest:
     """The stream request as a frontend sends it: its prompt, hints, and its committed output
     forced (so the next request's prompt is what the engine holds); the stop token is the
-    output's last token when the stream's D_end stops before it."""
+    output's last token when the stream's D_end stops before it. No logprobs: the experiment
+    reads the cache, and the full-vocabulary logprobs cost a tenth of each engine step."""
     prompt = tuple(r.tokens[: r.num_prompt_tokens])
     output = tuple(r.tokens[r.num_prompt_tokens :])
     return EngineRequest(
@@ -96,6 +97,7 @@ def engine_request(r: StreamRequest, policy: Variant) -> EngineRequest:
         round_trip=None if r.round_trip is None else float(r.round_trip),
         horizon=r.horizon,
         forced=output,
+        logprobs=None,
     )
 
 

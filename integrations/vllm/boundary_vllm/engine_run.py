@@ -68,6 +68,9 @@ class EngineRequest:
     horizon: int | None = None
     forced: tuple[int, ...] = ()  # token ids the model must generate (``ForcedTokens``)
     session: str | None = None
+    # logprobs per step: the sampled token plus the two best, so ties are visible (None: no
+    # logprobs, and the outcome's ``logprobs`` and ``margins`` are empty)
+    logprobs: int | None = 2
 
     def sampling_params(self, *, skip_cache: bool = False) -> SamplingParams:
         hints: dict[str, Any] = encode_hints(
@@ -86,7 +89,7 @@ class EngineRequest:
             temperature=0.0,
             max_tokens=self.max_tokens,
             stop_token_ids=list(self.stop_token_ids),
-            logprobs=2,  # the sampled token plus the two best: ties are visible
+            logprobs=self.logprobs,
             extra_args=hints or None,
             skip_reading_prefix_cache=skip_cache or None,
         )
@@ -269,7 +272,8 @@ class _Sessions:
             return
         del self.live[rid]
         completion = out.outputs[0]
-        steps = list(zip(completion.logprobs or (), completion.token_ids, strict=True))
+        asked = completion.logprobs or ()  # none when the request asked for none
+        steps = list(zip(asked, completion.token_ids, strict=True)) if asked else []
         logprobs = tuple(float(step[token].logprob) for step, token in steps)
         margins = tuple(_margin(step) for step, _ in steps)
         log = getattr(self.run_.scheduler, "step_log", None)
