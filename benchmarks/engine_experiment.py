@@ -16,8 +16,9 @@ figures, and only the agreement column is a per-request check.
 Targets: Qwen3-Next-80B-A3B (block 544) and Qwen3.5-35B-A3B (block 1056), each at units 16 and 32
 (64 divides neither block, and vLLM refuses a unit that does not divide its block);
 workloads tau-bench, BFCL (base) and ShareGPT-like chats (``mt_bench.sharegpt_like``), rendered
-with Qwen3.5 (the tiny models' vocabulary). Rows are appended to ``--out``/rows.jsonl as each run
-ends, and the Markdown table is rewritten, so a run cut short keeps what it measured.
+with Qwen3.5 (the tiny models' vocabulary). Each policy's figures are printed in a line as its
+engine run ends; rows (with the kinds of state that served the hits) are appended to
+``--out``/rows.jsonl, and the Markdown table rewritten, as each workload and block ends.
 
 Usage (from the repository root, in the engine environment that ``scripts/test`` installs):
     PYTHONPATH=.:integrations/vllm .venv-engine/bin/python benchmarks/engine_experiment.py \\
@@ -122,7 +123,10 @@ def rows_for(
                     "model_in_engine_order": r["model_reused_tokens"],
                     "prompt_tokens": r["prompt_tokens"],
                     "model_agreement": r["model_agreement"],
+                    "oracle_tokens": r["oracle_tokens"],
                     "evictions": r["evictions"],
+                    "served_by": r["served_by"],
+                    "hit_tokens_by_kind": r["hit_tokens_by_kind"],
                     "first_disagreements": r["first_disagreements"],
                     "seconds": round(time.perf_counter() - t0, 1),
                 }
