@@ -100,8 +100,13 @@ class EngineSteps:
         self.step_at = now
 
     def end_step(self) -> None:
-        """The scheduling step ended: the copy-on-write endpoints it retained are let go."""
-        for entry in self.step_end:
+        """The scheduling step ended: the copy-on-write endpoints it retained are let go, group
+        by group as vLLM drains them (``KVCacheManager.take_kv_cache_block_copies``: manager by
+        manager in group order, each in the order its copies were asked for), so a partially hit
+        state and attention block sit in the free queue in the engine's order."""
+        recurrent_first = self.config.recurrent_groups_first
+        by_group = sorted(self.step_end, key=lambda e: (e.kind is EntryKind.BLOCK) == recurrent_first)
+        for entry in by_group:
             self.host._release(entry, entry.created_at if self.step_at is None else self.step_at)
         self.step_end = []
 

@@ -144,6 +144,10 @@ class FreeQueue:
     def free_pages(self) -> int:
         return sum(isinstance(e, FreePage) for e in self._slots)
 
+    def evictable(self) -> list[Entry]:
+        """The cached entries in the order vLLM would evict them."""
+        return [e for e in self._slots if not isinstance(e, FreePage)]
+
     def __len__(self) -> int:
         return sum(not isinstance(e, FreePage) for e in self._slots)
 

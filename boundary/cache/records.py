@@ -30,7 +30,9 @@ class CacheConfig:
     ``max_chunk_tokens``: the scheduler's ``max_num_batched_tokens``. ``output_reuse``: False
     models prefill/decode disaggregation without a decode-to-prefill path: the prefill side
     never sees output KV or output-side states (the policy is told so through its geometry's
-    ``decode_states``)."""
+    ``decode_states``). ``recurrent_groups_first``: vLLM's KV-cache groups put the recurrent
+    ones before attention (its order for the hybrid models served); a step's copy-on-write
+    endpoints are let go group by group in that order (``engine_steps``)."""
 
     geometry: CacheGeometry
     capacity_bytes: float
@@ -41,6 +43,7 @@ class CacheConfig:
     output_reuse: bool = True
     engine_steps: bool = False
     async_lag: bool = False
+    recurrent_groups_first: bool = True
 
     def __post_init__(self) -> None:
         budget = self.checkpoint_budget_bytes

@@ -51,3 +51,37 @@ def test_a_decode_state_in_the_block_the_prompt_tail_aliased_is_served_with_that
     hit = _run(cache, hasher, 1, prompt + output[:-1] + list(range(200, 205)), [7], "decode_end", 2.0).hit
     assert (hit.attention, hit.recurrent, hit.joint) == (24, 24, 24)
     assert hit.state is not None and hit.state.labels == ("decode_end",)
+
+
+@pytest.mark.parametrize("recurrent_first", [True, False], ids=["recurrent_groups_first", "attention_first"])
+def test_a_partial_hits_copy_sources_go_back_to_the_free_queue_in_the_engines_group_order(
+    make_cache, recurrent_first
+):
+    """Block 8, unit 2. Request 0 (13 prompt tokens) keeps its prompt tail at 12: a state, and
+    an alias on attention block 1. Request 1 shares those 12 tokens and resumes at 12, inside
+    block 1: the block and the state are copy-on-write sources, held through its scheduling
+    step. vLLM lets a step's copy endpoints go manager by manager in its KV-cache group order
+    (``take_kv_cache_block_copies``; the recurrent groups come first in the CPU engine's
+    hybrid models, attention first in the hand-driven replay's), so the source of the group
+    that comes first is evicted first. Found on the engine: BFCL, block 1056, a 99-page pool,
+    where freeing them in the request's order kept one state one page too long."""
+    cache = make_cache(
+        geometry(block=8, unit=2, state_pages=1),
+        100_000.0,
+        engine_steps=True,
+        recurrent_groups_first=recurrent_first,
+    )
+    hasher = PrefixHasher(2)
+    prompt = list(range(1, 14))
+    _run(cache, hasher, 0, prompt, [50], "main_sparse", 0.0)
+    g = cache.geometry
+    engine = EngineGeometry(g.block_size, g.unit, DecodeStates.BLOCK, True)
+    second = [*prompt[:12], 60, 61, 62]
+    request = CacheRequest.from_tokens(1, [*second, 70], len(second), hasher)
+    boundaries = RequestBoundaries(len(second), None, None, 1.0)
+    hit = cache.admit(request, decide("main_sparse", boundaries, engine), 2.0).hit
+    assert (hit.attention, hit.joint) == (12, 12)
+    order = cache.working.policy.evictable()
+    state, block = order.index(hit.state), order.index(hit.blocks[1])
+    assert (state < block) == recurrent_first
+    cache.finish(1, 3.0)

@@ -27,6 +27,7 @@ import pytest
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/test and CI install it)")
 
+from boundary_vllm.cache_layout import CacheLayout
 from boundary_vllm.decode_end import committed_end
 from boundary_vllm.prediction import ModelShape, Observed, predicted_hits
 from boundary_vllm.replay import EngineShape, Replay, ReplayRequest, replay
@@ -135,11 +136,12 @@ def model_hits_in_engine_order(
     exported_twin: bool = False,
     engine_steps: bool = False,
     async_scheduling: bool = True,
+    recurrent_groups_first: bool = True,
     models: list[HybridPrefixCache] | None = None,
 ) -> list[list[int]]:
     """The model's joint hits with admissions and finishes in vLLM's order (``engine_steps``:
-    the model's pool runs each request's steps as vLLM's block pool does; ``models`` receives
-    the model)."""
+    the model's pool runs each request's steps as vLLM's block pool does, its copy-on-write
+    endpoints let go in the engine's group order; ``models`` receives the model)."""
     observed = [
         [
             Observed(
@@ -164,6 +166,7 @@ def model_hits_in_engine_order(
         exported_twin=exported_twin,
         engine_steps=engine_steps,
         async_scheduling=async_scheduling,
+        recurrent_groups_first=recurrent_groups_first,
     )
     return predicted_hits(observed, variant, shape, models=models)
 
@@ -184,7 +187,8 @@ def concurrent(
     engine = EngineShape(
         block_size=block, prefix_match_unit=unit, policy=variant, async_scheduling=async_scheduling, **shape
     )
-    outcomes = Replay(engine).run_sessions(sessions, concurrency=concurrency)
+    replay = Replay(engine)
+    outcomes = replay.run_sessions(sessions, concurrency=concurrency)
     assert not any(o.preemptions for s in outcomes for o in s)  # the model does not preempt
     exported = shape.get("exported_checkpoints", False)
     model = model_hits_in_engine_order(
@@ -197,6 +201,7 @@ def concurrent(
         exported_twin=exported and unit < block,
         engine_steps="num_blocks" in shape,
         async_scheduling=async_scheduling,
+        recurrent_groups_first=CacheLayout.of(replay.scheduler).recurrent_groups_first,
         models=models,
     )
     return [[o.hit_tokens for o in s] for s in outcomes], model

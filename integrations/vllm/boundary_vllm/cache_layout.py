@@ -19,7 +19,9 @@ class CacheLayout:
     one page (every group's page is padded to the same size), how many KV-cache groups hold
     attention and how many a recurrent state, the pages one recurrent group holds for a running
     request (align mode: the running state and the one before it), the bytes of one layer's
-    recurrent state before padding, and the pool's pages (one is vLLM's null block).
+    recurrent state before padding, the pool's pages (one is vLLM's null block), and whether
+    the recurrent groups come before attention in the groups' order (the order vLLM lets a
+    step's copy-on-write endpoints go in).
 
     vLLM derives the block from the recurrent page's bytes and the platform (the state's dtype
     differs by CPU), so tests size pools and expectations from this, never from a constant."""
@@ -31,6 +33,7 @@ class CacheLayout:
     recurrent_pages_per_request: int
     state_bytes: int
     num_blocks: int
+    recurrent_groups_first: bool = True
 
     @classmethod
     def of(cls, scheduler: Any) -> CacheLayout:
@@ -50,6 +53,7 @@ class CacheLayout:
             ),
             state_bytes=max((int(s.real_page_size_bytes) for s in recurrent), default=0),
             num_blocks=int(config.num_blocks),
+            recurrent_groups_first=bool(recurrent) and isinstance(specs[0], MambaSpec),
         )
 
     def pages_per_request(self, tokens: int) -> int:

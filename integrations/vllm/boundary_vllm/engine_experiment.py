@@ -217,6 +217,7 @@ def model_shape(run: EngineRun, unit: int) -> ModelShape:
         capacity_bytes=(layout.num_blocks - 1) * layout.page_bytes,  # less vLLM's null block
         engine_steps=True,
         async_scheduling=run.shape.async_scheduling,
+        recurrent_groups_first=layout.recurrent_groups_first,
     )
 
 

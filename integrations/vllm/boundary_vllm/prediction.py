@@ -55,7 +55,8 @@ class ModelShape:
     runs each request's steps page by page, as vLLM's block pool does. ``async_scheduling``: the
     engine schedules a step before the previous one's output arrives (vLLM's async scheduler),
     so pages behind a request are freed one step later and decode blocks are cached one token
-    late; the CPU build schedules synchronously."""
+    late; the CPU build schedules synchronously. ``recurrent_groups_first``: the engine's
+    KV-cache groups put the recurrent ones before attention (``CacheLayout``)."""
 
     block_size: int
     unit: int
@@ -66,6 +67,7 @@ class ModelShape:
     exported_twin: bool = False
     engine_steps: bool = False
     async_scheduling: bool = False
+    recurrent_groups_first: bool = True
 
 
 def _model(shape: ModelShape) -> HybridPrefixCache:
@@ -82,6 +84,7 @@ def _model(shape: ModelShape) -> HybridPrefixCache:
         capacity_bytes=shape.capacity_bytes,
         engine_steps=shape.engine_steps,
         async_lag=shape.engine_steps and shape.async_scheduling,
+        recurrent_groups_first=shape.recurrent_groups_first,
     )
     return HybridPrefixCache(config)
 
