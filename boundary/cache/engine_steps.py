@@ -60,7 +60,7 @@ class StepHost(Protocol):
 
     def _allocate(self, kind: EntryKind, nbytes: int, position: int, creator: int, now: float) -> Entry: ...
 
-    def _release(self, entry: Entry, now: float) -> None: ...
+    def _release_together(self, entries: list[Entry], now: float) -> None: ...
 
     def _forget(self, entry: Entry) -> None: ...
 
@@ -100,15 +100,23 @@ class EngineSteps:
         self.step_at = now
 
     def end_step(self) -> None:
-        """The scheduling step ended: the copy-on-write endpoints it retained are let go, group
-        by group as vLLM drains them (``KVCacheManager.take_kv_cache_block_copies``: manager by
-        manager in group order, each in the order its copies were asked for), so a partially hit
-        state and attention block sit in the free queue in the engine's order."""
-        recurrent_first = self.config.recurrent_groups_first
-        by_group = sorted(self.step_end, key=lambda e: (e.kind is EntryKind.BLOCK) == recurrent_first)
-        for entry in by_group:
-            self.host._release(entry, entry.created_at if self.step_at is None else self.step_at)
+        """The scheduling step ended: the copy-on-write endpoints it retained are let go as vLLM
+        drains them (``KVCacheManager.take_kv_cache_block_copies``: manager by manager in group
+        order, each in the order its copies were asked for), so the partially hit states and
+        attention blocks of the step's requests sit in the free queue group by group."""
+        if self.step_end:
+            now = self.step_end[0].created_at if self.step_at is None else self.step_at
+            self.release_by_group(self.step_end, now)
         self.step_end = []
+
+    def release_by_group(self, entries: list[Entry], now: float) -> None:
+        """Let go of ``entries`` (in vLLM's order within a group) as vLLM frees blocks of several
+        KV-cache groups: the recurrent groups' pages and the attention groups' in the engine's
+        group order, each kind group by group (``Arena.release_together``)."""
+        recurrent = [e for e in entries if e.kind is not EntryKind.BLOCK]
+        attention = [e for e in entries if e.kind is EntryKind.BLOCK]
+        for part in (recurrent, attention) if self.config.recurrent_groups_first else (attention, recurrent):
+            self.host._release_together(part, now)
 
     def step(self, flight: InFlight, end: int, now: float) -> None:
         """The request was scheduled up to ``end`` computed tokens at ``now``: vLLM's
@@ -173,15 +181,14 @@ class EngineSteps:
         grows, the Mamba page moving block to block, the latest decode boundaries keyed while
         the request may keep one); then, as the plugin's finish does, the prompt-side states the
         finish decision no longer keeps and the decode boundaries it does not keep are un-keyed
-        (freed where they stand when already released), and the request frees its blocks tail
-        first, then its Mamba pages."""
+        (freed where they stand when already released), and the request frees its blocks and
+        Mamba pages manager by manager in the engine's group order, each tail first
+        (``KVCacheCoordinator.free``)."""
         self.end_step()
         self._run_to_end(flight, now)
         created = self._settle(flight, final, now)
-        for block in reversed(flight.table):
-            self.host._release(block, now)
-        for page in sorted(flight.running, key=lambda e: -self.page_index(e)):
-            self.host._release(page, now)
+        pages = sorted(flight.running, key=lambda e: -self.page_index(e))
+        self.release_by_group([*reversed(flight.table), *pages], now)
         flight.running.clear()
         return created
 
@@ -370,9 +377,9 @@ class EngineSteps:
         limit = cdiv(processed, self.geometry.block_size) - 1
         newest = flight.running[-1]
         behind = [e for e in flight.running if e is not newest and self.page_index(e) < limit]
-        for entry in sorted(behind, key=lambda e: -self.page_index(e)):
+        for entry in behind:
             flight.running.remove(entry)
-            self.host._release(entry, now)
+        self.release_by_group(sorted(behind, key=lambda e: -self.page_index(e)), now)
 
     def make_state(
         self, page: Entry, planned: PlannedState, request: CacheRequest, *, now: float | None

@@ -70,34 +70,39 @@ class LRU:
         return entry in self._queue
 
 
-class FreePage:
-    """A free, uncached page in a ``FreeQueue`` (nothing to evict when it is taken)."""
+class Page:
+    """One page in a ``FreeQueue``: free (``entry`` None: nothing to evict when it is taken)
+    or one group's page of an evictable cached entry."""
 
-    __slots__ = ()
+    __slots__ = ("entry",)
+
+    def __init__(self, entry: Entry | None = None) -> None:
+        self.entry = entry
 
 
 class FreeQueue:
-    """vLLM's ``FreeKVCacheBlockQueue`` over equal-size pages: free pages and evictable cached
-    entries in one queue, allocations take the head. An entry may span several pages
-    (``pages``): a state of three recurrent groups is three pages; when it is taken for an
-    allocation that needs fewer, the rest become free pages at the head (the pages vLLM
-    would take next: a state's group pages are freed together and sit side by side, and a
-    state missing one group's page can no longer be hit).
+    """vLLM's ``FreeKVCacheBlockQueue`` over equal-size pages: free pages and the pages of
+    evictable cached entries in one queue, allocations take the head. An entry spans one page
+    per group of its kind (``pages``: a state of three recurrent groups is three pages), each
+    with its own place in the queue, as vLLM frees a group's blocks: entries freed together go
+    back group by group (``release_group_major``), so two states freed in one step interleave.
+    Taking one of an entry's pages evicts it (a state or block missing one group's page can
+    no longer be hit); its other pages stay where they stand, free.
 
     ``BlockPool.free_blocks`` appends a freed cached block to the tail (LRU) and prepends a
     freed uncached one to the head (reused first); ``BlockPool.evict_blocks`` un-keys a block
-    where it stands, so an un-cached entry leaves a free page at its place in the queue (the
+    where it stands, so an un-cached entry leaves free pages at its places in the queue (the
     cached entries ahead of it are still evicted first). ``get_new_blocks`` pops the head: a
-    free page costs nothing, a cached entry is evicted. Invariant: free pages plus evictable
-    entries are the pool's free blocks.
+    free page costs nothing, a cached entry's page evicts it. Invariants: free pages plus the
+    evictable entries' pages are the pool's free blocks; an evictable entry has all its pages
+    in the queue.
     """
 
-    __slots__ = ("_slots", "page_bytes")
+    __slots__ = ("_of", "_queue", "page_bytes")
 
     def __init__(self, free_pages: int = 0, page_bytes: int = 0) -> None:
-        self._slots: OrderedDict[Entry | FreePage, None] = OrderedDict(
-            (FreePage(), None) for _ in range(free_pages)
-        )
+        self._queue: OrderedDict[Page, None] = OrderedDict((Page(), None) for _ in range(free_pages))
+        self._of: dict[Entry, list[Page]] = {}
         self.page_bytes = page_bytes
 
     def pages(self, nbytes: int) -> int:
@@ -107,49 +112,62 @@ class FreeQueue:
         return max(1, nbytes // self.page_bytes) if self.page_bytes else 1
 
     def release(self, entry: Entry, now: float) -> None:
-        self._slots[entry] = None
+        self.release_group_major([entry], now)
+
+    def release_group_major(self, entries: list[Entry], now: float) -> None:
+        """``entries`` (of one kind, in the order vLLM lists them) became evictable together:
+        their first group's pages join the tail, then their second group's, and so on, as
+        vLLM frees a request's blocks or a step's copy endpoints manager by manager."""
+        for entry in entries:
+            self._of[entry] = [Page(entry) for _ in range(self.pages(entry.nbytes))]
+        for group in range(max((len(self._of[e]) for e in entries), default=0)):
+            for entry in entries:
+                own = self._of[entry]
+                if group < len(own):
+                    self._queue[own[group]] = None
 
     def touch(self, entry: Entry, now: float) -> None:
-        self._slots.pop(entry, None)
+        for page in self._of.pop(entry, ()):
+            del self._queue[page]
 
     def discard(self, entry: Entry) -> None:
-        self._slots.pop(entry, None)
+        """``entry`` left the cache (evicted, or un-keyed while free): its pages still in the
+        queue are free where they stand."""
+        for page in self._of.pop(entry, ()):
+            page.entry = None
 
     def victim(self) -> Entry | None:
-        return next((e for e in self._slots if not isinstance(e, FreePage)), None)
+        return next((p.entry for p in self._queue if p.entry is not None), None)
 
     def free_page(self, count: int = 1) -> None:
         """``count`` uncached pages were freed: they are reused first."""
         for _ in range(count):
-            page = FreePage()
-            self._slots[page] = None
-            self._slots.move_to_end(page, last=False)
+            page = Page()
+            self._queue[page] = None
+            self._queue.move_to_end(page, last=False)
 
-    def hollow(self, entry: Entry) -> None:
-        """``entry`` lost its keys while evictable: its free pages take its place."""
-        if entry not in self._slots:
-            return
-        items = list(self._slots)
-        at = items.index(entry)
-        items[at : at + 1] = [FreePage() for _ in range(self.pages(entry.nbytes))]
-        self._slots = OrderedDict((e, None) for e in items)
-
-    def take(self) -> Entry | FreePage | None:
-        """The head: a free page, an entry to evict, or None when nothing is free."""
-        if not self._slots:
+    def take(self) -> Page | None:
+        """The head page (its ``entry``, if any, is to be evicted), or None when nothing is free."""
+        if not self._queue:
             return None
-        head, _ = self._slots.popitem(last=False)
+        head, _ = self._queue.popitem(last=False)
+        if head.entry is not None:
+            self._of[head.entry].remove(head)
         return head
 
     def free_pages(self) -> int:
-        return sum(isinstance(e, FreePage) for e in self._slots)
+        return sum(p.entry is None for p in self._queue)
+
+    def page_owners(self) -> list[Entry | None]:
+        """Each page's entry (None: free), head first: the order ``get_new_blocks`` takes them."""
+        return [p.entry for p in self._queue]
 
     def evictable(self) -> list[Entry]:
-        """The cached entries in the order vLLM would evict them."""
-        return [e for e in self._slots if not isinstance(e, FreePage)]
+        """The cached entries in the order vLLM would evict them (by their first page)."""
+        return list(dict.fromkeys(p.entry for p in self._queue if p.entry is not None))
 
     def __len__(self) -> int:
-        return sum(not isinstance(e, FreePage) for e in self._slots)
+        return len(self._of)
 
     def __contains__(self, entry: object) -> bool:
-        return entry in self._slots
+        return entry in self._of

@@ -338,11 +338,19 @@ class HybridPrefixCache:
         return entry
 
     def _release(self, entry: Entry, now: float) -> None:
-        self._arena[entry.kind].release(entry, now)
-        if not entry.live:
-            self._forget(entry)
-        elif self.budget is not None:
-            self.budget.released(entry)
+        self._release_together([entry], now)
+
+    def _release_together(self, entries: list[Entry], now: float) -> None:
+        """Let go of ``entries`` (one kind, in vLLM's order) in one go (``Arena.release_together``)."""
+        if entries:
+            arena = self._arena[entries[0].kind]
+            assert all(self._arena[e.kind] is arena for e in entries)
+            arena.release_together(entries, now)
+        for entry in entries:
+            if not entry.live:
+                self._forget(entry)
+            elif self.budget is not None:
+                self.budget.released(entry)
 
     def _evicted(self, entry: Entry, now: float, cause: EntryKind) -> None:
         self.stats.evictions[(entry.kind.name.lower(), cause.name.lower())] += 1

@@ -12,10 +12,10 @@ would not fit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from boundary.cache.entry import Entry, EntryKind
-from boundary.cache.eviction import EvictionPolicy, FreePage, FreeQueue
+from boundary.cache.eviction import EvictionPolicy, FreeQueue
 
 __all__ = ["Arena", "Entry", "EntryKind", "PrefixIndex"]
 
@@ -97,20 +97,15 @@ class Arena:
         self._charge(entry)
 
     def _take_pages(self, queue: FreeQueue, entry: Entry, now: float, cause: EntryKind) -> None:
-        """Take ``entry``'s pages from the queue's head, evicting cached entries found there;
-        pages of an evicted entry beyond the need go back to the head as free pages."""
-        need, got = queue.pages(entry.nbytes), 0
-        while got < need:
+        """Take ``entry``'s pages from the queue's head, evicting the cached entry a taken page
+        belongs to (its other pages stay free where they stand)."""
+        for _ in range(queue.pages(entry.nbytes)):
             head = queue.take()
             if head is None:
                 self.overcommits += 1
                 return
-            if isinstance(head, FreePage):
-                got += 1
-            else:
-                self.evict(head, now, cause)
-                got += queue.pages(head.nbytes)
-        queue.free_page(got - need)
+            if head.entry is not None:
+                self.evict(head.entry, now, cause)
 
     def _charge(self, entry: Entry) -> None:
         self.used += entry.nbytes
@@ -135,21 +130,30 @@ class Arena:
 
     def release(self, entry: Entry, now: float) -> None:
         """Drop one hold; an unheld entry becomes evictable if cached, else is freed."""
-        entry.refs -= 1
-        if entry.refs:
-            return
-        if entry.keys:
-            self.policy.release(entry, now)
-        else:
+        self.release_together([entry], now)
+
+    def release_together(self, entries: Sequence[Entry], now: float) -> None:
+        """Drop one hold on each of ``entries`` (one kind, in vLLM's order), freed in one go:
+        the cached ones become evictable group by group (``FreeQueue.release_group_major``)."""
+        cached = []
+        for entry in entries:
+            entry.refs -= 1
+            if entry.refs:
+                continue
+            if entry.keys:
+                cached.append(entry)
+                continue
             self.free(entry)
             if isinstance(self.policy, FreeQueue):
                 self.policy.free_page(self.policy.pages(entry.nbytes))
+        if isinstance(self.policy, FreeQueue):
+            self.policy.release_group_major(cached, now)
+        else:
+            for entry in cached:
+                self.policy.release(entry, now)
 
     def uncache(self, entry: Entry) -> None:
         """An unheld entry lost its keys (vLLM ``evict_blocks`` on a free block): freed where it
         stands in the queue."""
-        if isinstance(self.policy, FreeQueue):
-            self.policy.hollow(entry)
-        else:
-            self.policy.discard(entry)
+        self.policy.discard(entry)
         self.free(entry)

@@ -85,3 +85,33 @@ def test_a_partial_hits_copy_sources_go_back_to_the_free_queue_in_the_engines_gr
     state, block = order.index(hit.state), order.index(hit.blocks[1])
     assert (state < block) == recurrent_first
     cache.finish(1, 3.0)
+
+
+def test_two_partial_hits_in_one_step_free_their_copy_sources_group_by_group(make_cache):
+    """Block 8, unit 2, states of three recurrent groups. Requests 0 and 1 (13 distinct prompt
+    tokens each) keep their prompt tails at 12. Requests 2 and 3, admitted and scheduled in one
+    step, each resume at 12 inside block 1: the two states are copy-on-write sources held
+    through the step. When it ends vLLM lets them go manager by manager, so their pages sit in
+    the free queue interleaved by group ([A.g0, B.g0, A.g1, B.g1, A.g2, B.g2], A asked first)
+    and one allocation of two pages at the head would end both."""
+    cache = make_cache(geometry(block=8, unit=2, state_pages=3), 100_000.0, engine_steps=True)
+    hasher = PrefixHasher(2)
+    g = cache.geometry
+    engine = EngineGeometry(g.block_size, g.unit, DecodeStates.BLOCK, True)
+    prompts = [list(range(1, 14)), list(range(101, 114))]
+    for rid, prompt in enumerate(prompts):
+        _run(cache, hasher, rid, prompt, [50], "main_sparse", float(rid))
+    hits = []
+    for rid, prompt in enumerate(prompts, start=2):
+        second = [*prompt[:12], 60, 61, 62]
+        request = CacheRequest.from_tokens(rid, [*second, 70], len(second), hasher)
+        decision = decide("main_sparse", RequestBoundaries(len(second), None, None, 1.0), engine)
+        hits.append(cache.admit(request, decision, 5.0, run_prefill=False).hit)
+    for rid in (2, 3):
+        cache.step(rid, 15, 5.0)
+    assert [(h.joint, h.state is not None) for h in hits] == [(12, True), (12, True)]
+    cache.finish(2, 6.0)  # the step ended: its copy sources go first
+    a, b = (h.state for h in hits)
+    owners = [e for e in cache.working.policy.page_owners() if e is a or e is b]
+    assert owners == [a, b, a, b, a, b]
+    cache.finish(3, 6.0)
