@@ -18,11 +18,15 @@ Targets: Qwen3-Next-80B-A3B (block 544) and Qwen3.5-35B-A3B (block 1056), each a
 workloads tau-bench, BFCL (base) and ShareGPT-like chats (``mt_bench.sharegpt_like``), rendered
 with Qwen3.5 (the tiny models' vocabulary). Each policy's figures are printed in a line as its
 engine run ends; rows (with the kinds of state that served the hits) are appended to
-``--out``/rows.jsonl, and the Markdown table rewritten, as each workload and block ends.
+``--out``/rows.jsonl, and the Markdown table rewritten, as each workload and block ends. Each
+engine run is saved under ``--out``/runs/<workload>/ (``boundary_vllm.engine_observations``), and
+``--recheck`` checks the cache model as it is now against every saved run without the engine.
 
 Usage (from the repository root, in the engine environment that ``scripts/test`` installs):
     PYTHONPATH=.:integrations/vllm .venv-engine/bin/python benchmarks/engine_experiment.py \\
         --out out/engine-experiment [--workload tau_bench] [--sessions 40] [--block 544] [--unit 16]
+    PYTHONPATH=.:integrations/vllm .venv-engine/bin/python benchmarks/engine_experiment.py \
+        --out out/engine-experiment --recheck
 """
 
 from __future__ import annotations
@@ -103,7 +107,11 @@ def rows_for(
     policies = tuple(args.policies.split(","))
     model = model_runs(stream, block, units, args.capacity_gib, policies)
     config = EngineExperimentConfig(
-        policies=policies, units=units, capacity_gib=args.capacity_gib, concurrency=args.concurrency
+        policies=policies,
+        units=units,
+        capacity_gib=args.capacity_gib,
+        concurrency=args.concurrency,
+        record_dir=args.out / "runs" / workload,
     )
     engine = run_engine_experiment(stream, target(block), config, progress=lambda m: print(m, flush=True))
     rows = []
@@ -156,6 +164,26 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def recheck_saved(out: Path) -> int:
+    """The cache model as it is now against every engine run saved under ``out``/runs: one line
+    per run, its first disagreements beside it; 1 when any request differs."""
+    from boundary_vllm.engine_observations import load_run, recheck
+
+    paths = sorted((out / "runs").glob("*/*.json.gz"))
+    if not paths:
+        print(f"no saved runs under {out / 'runs'}", file=sys.stderr)
+        return 2
+    differ = 0
+    for path in paths:
+        result = recheck(load_run(path))
+        differ += len(result.disagreements)
+        first = result.disagreements[:3]
+        shown = ", ".join(f"session {si} request {ri}: engine {e:,} model {m:,}" for si, ri, e, m in first)
+        name = f"{path.parent.name}/{path.name}"
+        print(f"{name}: {result.agreeing}/{result.requests} agree {shown}", flush=True)
+    return 1 if differ else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, required=True)
@@ -166,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--capacity-gib", type=float, default=8.0)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--policies", default=",".join(v.value for v in Variant))
+    p.add_argument("--recheck", action="store_true", help="check the model now against --out's saved runs")
     args = p.parse_args(argv)
+    if args.recheck:
+        return recheck_saved(args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     units = tuple(args.unit or (16, 32))
     rows: list[dict[str, Any]] = []

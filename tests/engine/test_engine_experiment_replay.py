@@ -23,25 +23,9 @@ RECORDING = Path(__file__).parent / "data" / "main_sparse_544_evicting.json"
 
 def observed(data: dict) -> list[list]:
     """The recording's requests as the prediction reads them."""
-    from boundary_vllm.prediction import Observed
+    from boundary_vllm.engine_observations import observed_from
 
-    return [
-        [
-            Observed(
-                tuple(r["prompt_token_ids"]),
-                tuple(r["output_token_ids"]),
-                r["input_end"],
-                tuple(r["stop_token_ids"]),
-                r["round_trip"],
-                r["horizon"],
-                r["admitted"],
-                r["finished"],
-                tuple(tuple(step) for step in r["steps"]),
-            )
-            for r in session
-        ]
-        for session in data["sessions"]
-    ]
+    return [[observed_from(r) for r in session] for session in data["sessions"]]
 
 
 def replay() -> tuple[list[list[int]], list[list[int]], list[list[str]]]:
@@ -111,3 +95,23 @@ def test_a_disagreement_is_named_with_the_request_and_the_kind_the_engine_served
             "engine_kind": "prompt_end",
         }
     ]
+
+
+def test_a_saved_run_reads_back_and_rechecks_the_model_as_it_is_now(tmp_path):
+    """The recording saved as ``--executor engine`` runs save theirs, read back, and rechecked:
+    the model now agrees on all five requests; the lagged model's one disagreement is named."""
+    from boundary_vllm.engine_observations import SavedRun, load_run, recheck, save_run
+    from boundary_vllm.prediction import ModelShape
+
+    from boundary.checkpoints.retention import Variant
+
+    data = json.loads(RECORDING.read_text(encoding="utf-8"))
+    sessions = tuple(tuple(s) for s in observed(data))
+    hits = tuple(tuple(h) for h in data["engine_hits"])
+    for lag, agreeing, differ in ((False, 5, ()), (True, 4, ((1, 1, 1328, 1088),))):
+        shape = ModelShape(**{**data["shape"], "async_scheduling": lag}, engine_steps=True)
+        save_run(tmp_path / "run.json.gz", SavedRun(Variant.MAIN_SPARSE, shape, sessions, hits))
+        saved = load_run(tmp_path / "run.json.gz")
+        assert saved == SavedRun(Variant.MAIN_SPARSE, shape, sessions, hits)
+        result = recheck(saved)
+        assert (result.requests, result.agreeing, result.disagreements) == (5, agreeing, differ)

@@ -29,11 +29,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from boundary.cache import CacheGeometry, CacheRequest, OracleCache, PrefixHasher
 from boundary.checkpoints.retention import Variant
 from boundary.experiment.stream import Stream, StreamRequest
+from boundary_vllm.engine_observations import SavedRun, save_run
 from boundary_vllm.engine_run import EngineRequest, EngineRun, EngineShape
 from boundary_vllm.prediction import ModelShape, Observed, observed, predicted_hits
 from boundary_vllm.tiny_models import ATTENTION_TOKEN_BYTES, CPU_BLOCK_ALIGNMENT, model_dir, shaped_kind
@@ -51,13 +53,16 @@ class EngineExperimentError(ValueError):
 @dataclass(frozen=True, slots=True)
 class EngineExperimentConfig:
     """What the engine runs: engine policies (``Variant`` values), units, the target GPU's cache
-    memory, and how many sessions may be in flight (fewer when the pool holds fewer)."""
+    memory, and how many sessions may be in flight (fewer when the pool holds fewer).
+    ``record_dir``: each policy run is saved there for re-checking the model without the engine
+    (``engine_observations``; ``b<block>-u<unit>-<policy>.json.gz``)."""
 
     policies: tuple[str, ...] = tuple(v.value for v in Variant)
     units: tuple[int, ...] = (16,)
     capacity_gib: float = 32.0
     concurrency: int = 4
     max_num_batched_tokens: int = 2048
+    record_dir: Path | None = None
 
 
 def engine_policies(names: Sequence[str]) -> tuple[Variant, ...]:
@@ -227,9 +232,11 @@ def run_policy(
     policy: Variant,
     plan: PoolPlan,
     evictions: EvictionCount,
+    record_dir: Path | None = None,
 ) -> dict[str, Any]:
     """One policy through the engine from an empty cache: per request the engine's hit and kind,
-    the model's prediction and the oracle, summed into one run (``run_summary``)."""
+    the model's prediction and the oracle, summed into one run (``run_summary``); saved under
+    ``record_dir`` when given (``engine_observations``)."""
     requests = [[engine_request(r, policy) for r in s] for s in sessions]
     run.reset_prefix_cache()
     before_evictions = evictions.count
@@ -238,12 +245,14 @@ def run_policy(
     after = run.scheduler.boundary_report().snapshot()
     seen = observed(requests, outcomes)
     rows = []
-    predicted = (
-        None
-        if seen is None
-        else predicted_hits(seen, policy, model_shape(run, run.shape.prefix_match_unit or run.block_size))
-    )
-    oracle = None if seen is None else oracle_hits(seen, run.shape.prefix_match_unit or run.block_size)
+    unit = run.shape.prefix_match_unit or run.block_size
+    shape = model_shape(run, unit)
+    predicted = None if seen is None else predicted_hits(seen, policy, shape)
+    oracle = None if seen is None else oracle_hits(seen, unit)
+    if seen is not None and record_dir is not None:
+        hits = tuple(tuple(o.num_cached_tokens for o in outs) for outs in outcomes)
+        saved = SavedRun(policy, shape, tuple(map(tuple, seen)), hits)
+        save_run(record_dir / f"b{run.block_size}-u{unit}-{policy.value}.json.gz", saved)
     for si, (session, outs) in enumerate(zip(sessions, outcomes, strict=True)):
         for ri, (r, o) in enumerate(zip(session, outs, strict=True)):
             rows.append(
@@ -349,7 +358,8 @@ def run_unit(
         for policy in engine_policies(config.policies):
             say(f"  {policy.value}: {len(stream)} requests on the engine")
             began = time.perf_counter()
-            runs.append({**run_policy(run, sessions, policy, plan, evictions), "unit": geometry.unit})
+            ran = run_policy(run, sessions, policy, plan, evictions, config.record_dir)
+            runs.append({**ran, "unit": geometry.unit})
             say(f"  {policy.value}: {run_line(runs[-1])} in {time.perf_counter() - began:.0f} s")
         layout = run.layout
     finally:
