@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from boundary.cache import CacheRequest, PrefixHasher
+from boundary.cache import CacheRequest, EntryKind, PrefixHasher
 from boundary.checkpoints.policies import decide, may_keep_decode
 from boundary.checkpoints.retention import DecodeStates, EngineGeometry, RequestBoundaries
 from tests.cache.conftest import geometry
@@ -115,3 +115,27 @@ def test_two_partial_hits_in_one_step_free_their_copy_sources_group_by_group(mak
     owners = [e for e in cache.working.policy.page_owners() if e is a or e is b]
     assert owners == [a, b, a, b, a, b]
     cache.finish(3, 6.0)
+
+
+@pytest.mark.parametrize("recurrent_first", [True, False], ids=["recurrent_groups_first", "attention_first"])
+def test_a_finishing_request_frees_its_pages_manager_by_manager_in_the_engines_group_order(
+    make_cache, recurrent_first
+):
+    """Block 8, unit 2, states of three recurrent groups. A request of 17 prompt tokens and one
+    output token keeps a state at 16 (block-aligned: the page its chunk ended in), which it still
+    holds when it finishes. vLLM's ``KVCacheCoordinator.free`` frees the request manager by
+    manager in its KV-cache group order, each tail first: on the CPU engine the state's three
+    group pages join the free queue's tail before blocks 1 and 0, so the state is evicted first;
+    attention first, after them."""
+    cache = make_cache(
+        geometry(block=8, unit=2, state_pages=3),
+        100_000.0,
+        engine_steps=True,
+        recurrent_groups_first=recurrent_first,
+    )
+    admission = _run(cache, PrefixHasher(2), 0, list(range(1, 18)), [50], "main_sparse", 0.0)
+    (state,) = admission.created
+    owners = [e for e in cache.working.policy.page_owners() if e is not None]
+    blocks = [e for e in owners if e.kind is EntryKind.BLOCK]
+    assert state.position == 16 and [b.position for b in blocks] == [16, 8]  # tail first
+    assert owners == ([state] * 3 + blocks if recurrent_first else blocks + [state] * 3)
