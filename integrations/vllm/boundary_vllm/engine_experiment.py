@@ -251,7 +251,11 @@ def run_policy(
     oracle = None if seen is None else oracle_hits(seen, unit)
     if seen is not None and record_dir is not None:
         hits = tuple(tuple(o.num_cached_tokens for o in outs) for outs in outcomes)
-        saved = SavedRun(policy, shape, tuple(map(tuple, seen)), hits)
+        what = (
+            f"vLLM {_vllm_version()} CPU engine, {policy.value}, block {run.block_size}, unit {unit}, "
+            f"{plan.pages} pages, {plan.concurrency} sessions in flight"
+        )
+        saved = SavedRun(policy, shape, tuple(map(tuple, seen)), hits, what)
         save_run(record_dir / f"b{run.block_size}-u{unit}-{policy.value}.json.gz", saved)
     for si, (session, outs) in enumerate(zip(sessions, outcomes, strict=True)):
         for ri, (r, o) in enumerate(zip(session, outs, strict=True)):

@@ -5,8 +5,8 @@ run again, without the engine, after the model changes.
 Where it sits: the engine end, beside ``prediction``: ``engine_experiment.run_policy`` saves one
 file per policy run when asked (``EngineExperimentConfig.record_dir``); ``recheck`` reads one
 back and predicts every request with the cache model as it is now (``predicted_hits`` at the
-saved ``ModelShape``). A saved run is a gzip'd JSON object: the policy, the model shape and, per
-session, each request's ``Observed`` fields with its ``engine_hit``.
+saved ``ModelShape``). A saved run is a gzip'd JSON object: how it ran (``what``), the policy,
+the model shape and, per session, each request's ``Observed`` fields with its ``engine_hit``.
 """
 
 from __future__ import annotations
@@ -25,12 +25,14 @@ FORMAT = 1
 
 @dataclass(frozen=True, slots=True)
 class SavedRun:
-    """One policy's engine run: what the engine ran and the hit it served each request."""
+    """One policy's engine run: what the engine ran and the hit it served each request;
+    ``what``: how it ran (engine, pool, sessions in flight), in words."""
 
     policy: Variant
     shape: ModelShape
     sessions: tuple[tuple[Observed, ...], ...]
     engine_hits: tuple[tuple[int, ...], ...]
+    what: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +54,13 @@ def save_run(path: Path, run: SavedRun) -> None:
         [{**asdict(o), "engine_hit": hit} for o, hit in zip(s, hits, strict=True)]
         for s, hits in zip(run.sessions, run.engine_hits, strict=True)
     ]
-    body = {"format": FORMAT, "policy": run.policy.value, "shape": asdict(run.shape), "sessions": sessions}
+    body = {
+        "format": FORMAT,
+        "what": run.what,
+        "policy": run.policy.value,
+        "shape": asdict(run.shape),
+        "sessions": sessions,
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(path, "wt", encoding="utf-8") as f:
         json.dump(body, f)
@@ -65,7 +73,8 @@ def load_run(path: Path) -> SavedRun:
         raise ValueError(f"{path}: saved-run format {body.get('format')!r}, this reader knows {FORMAT}")
     sessions = tuple(tuple(observed_from(r) for r in s) for s in body["sessions"])
     hits = tuple(tuple(int(r["engine_hit"]) for r in s) for s in body["sessions"])
-    return SavedRun(Variant(body["policy"]), ModelShape(**body["shape"]), sessions, hits)
+    shape = ModelShape(**body["shape"])
+    return SavedRun(Variant(body["policy"]), shape, sessions, hits, body.get("what", ""))
 
 
 def observed_from(r: dict[str, Any]) -> Observed:
