@@ -252,7 +252,7 @@ def run_policy(
     if seen is not None and record_dir is not None:
         hits = tuple(tuple(o.num_cached_tokens for o in outs) for outs in outcomes)
         what = (
-            f"vLLM {_vllm_version()} CPU engine, {policy.value}, block {run.block_size}, unit {unit}, "
+            f"{_vllm_version()} engine, {policy.value}, block {run.block_size}, unit {unit}, "
             f"{plan.pages} pages, {plan.concurrency} sessions in flight"
         )
         saved = SavedRun(policy, shape, tuple(map(tuple, seen)), hits, what)
