@@ -13,6 +13,20 @@ def entry(eid: int) -> Entry:
     return Entry(eid, EntryKind.BLOCK, 1, 8, 0, 0.0)
 
 
+def pool(pages: int, evicted: list[Entry]) -> Arena:
+    """A pool of `pages` pages of 100 bytes that records what it evicts."""
+    return Arena(
+        "pool", 100 * pages, FreeQueue(pages, page_bytes=100), lambda e, now, cause: evicted.append(e)
+    )
+
+
+def hold(arena: Arena, *entries: Entry) -> None:
+    """Allocate each entry as its own kind, held by one request."""
+    for e in entries:
+        arena.allocate(e, 0.0, e.kind)
+        e.refs = 1
+
+
 def test_victims_come_in_release_order_and_a_held_entry_leaves_the_queue():
     lru = LRU()
     a, b, c = entry(1), entry(2), entry(3)
@@ -37,11 +51,9 @@ def test_a_state_spanning_pages_is_evicted_whole_and_its_spare_pages_are_reused_
     takes that page and the other stays free where it stood, now the head, so Z (2 pages) takes
     it, then finds nothing more: one overcommit."""
     evicted: list[Entry] = []
-    arena = Arena("pool", 400, FreeQueue(4, page_bytes=100), lambda e, now, cause: evicted.append(e))
+    arena = pool(4, evicted)
     s, b = Entry(1, EntryKind.STATE, 200, 8, 0, 0.0), Entry(2, EntryKind.BLOCK, 100, 8, 0, 0.0)
-    for e in (s, b):
-        arena.allocate(e, 0.0, e.kind)
-        e.refs = 1
+    hold(arena, s, b)
     s.keys.append(7)
     arena.release(s, 1.0)
     x, y, z = (Entry(i, EntryKind.BLOCK, n, 8, 0, 2.0) for i, n in ((3, 100), (4, 100), (5, 200)))
@@ -55,10 +67,9 @@ def test_a_state_spanning_pages_is_evicted_whole_and_its_spare_pages_are_reused_
 
 def test_an_uncached_multi_page_entry_frees_all_its_pages():
     """An uncached 3-page entry released to a 3-page pool gives back 3 free pages."""
-    arena = Arena("pool", 300, FreeQueue(3, page_bytes=100), lambda e, now, cause: None)
+    arena = pool(3, [])
     s = Entry(1, EntryKind.STATE, 300, 8, 0, 0.0)
-    arena.allocate(s, 0.0, EntryKind.STATE)
-    s.refs = 1
+    hold(arena, s)
     assert arena.policy.free_pages() == 0
     arena.release(s, 1.0)
     assert arena.policy.free_pages() == 3 and arena.used == 0
@@ -74,11 +85,10 @@ def test_two_states_freed_together_interleave_group_by_group_and_one_allocation_
     allocation would end B alone. Found on the engine: BFCL, block 1056, two requests' partial
     hits copied in one scheduling step."""
     evicted: list[Entry] = []
-    arena = Arena("pool", 800, FreeQueue(8, page_bytes=100), lambda e, now, cause: evicted.append(e))
+    arena = pool(8, evicted)
     b, a = Entry(1, EntryKind.STATE, 300, 8, 0, 0.0), Entry(2, EntryKind.STATE, 300, 8, 0, 0.0)
+    hold(arena, b, a)
     for e in (b, a):
-        arena.allocate(e, 0.0, EntryKind.STATE)
-        e.refs = 1
         e.keys.append(e.eid)
     if together:
         arena.release_together([b, a], 1.0)
